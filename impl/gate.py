@@ -1,0 +1,149 @@
+"""The dense prefill gate: the one runtime implementation of the proved machine.
+
+While decodes run, an under-full prefill pass interrupts every decode (and on a
+GPU knocks decode out of its CUDA graph), so the gate holds new prefills until a
+pass can be filled. Two valves keep that from starving anyone: the tail escape
+(never hold when nothing decodes) and the pass budget (fire after K held passes).
+
+The machine is specified in ``densegate.spec.gate`` and proved there; this module
+must never import it (engines embed ``densegate.impl`` without z3). Tests keep
+the two honest against each other.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = ["Decision", "GateConfig", "GateInput", "PrefillGate", "Reason"]
+
+
+class Reason(enum.Enum):
+    """Why the gate decided as it did, in rule order."""
+
+    EMPTY = "empty"
+    """Nothing is waiting: firing admits nothing, and the hold episode ends."""
+    DISABLED = "disabled"
+    """The gate is off: legacy prefill-first behaviour."""
+    NO_DECODE = "no_decode"
+    """Tail escape: nothing decodes this pass, so holding would idle the pass."""
+    DENSE = "dense"
+    """The pass can be filled to ``dense_tokens``."""
+    BUDGET = "budget"
+    """The waiting episode has been held ``max_hold_passes - 1`` passes already."""
+    HOLD = "hold"
+    """Under-full prefill while decodes run: keep decoding, admit nothing new."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The gate's verdict for one pass. ``fire`` is False only for ``Reason.HOLD``."""
+
+    fire: bool
+    reason: Reason
+
+    def __post_init__(self) -> None:
+        if self.fire == (self.reason is Reason.HOLD):
+            raise ValueError(f"Decision(fire={self.fire}, reason={self.reason}) is inconsistent")
+
+
+# Every decision the gate can return, built once so decide() allocates nothing.
+_DECISIONS: dict[Reason, Decision] = {r: Decision(r is not Reason.HOLD, r) for r in Reason}
+
+
+def _check_int(owner: str, field: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{owner}.{field} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{field} must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class GateConfig:
+    """Parameters of the gate: ``B`` (dense_tokens), ``K`` (max_hold_passes), enabled."""
+
+    dense_tokens: int
+    max_hold_passes: int = 30
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        _check_int("GateConfig", "dense_tokens", self.dense_tokens, 1)
+        _check_int("GateConfig", "max_hold_passes", self.max_hold_passes, 1)
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"GateConfig.enabled must be a bool, got {self.enabled!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class GateInput:
+    """One pass's observation.
+
+    ``waiting_tokens`` is what the pass could really admit if it fired (token
+    budget, sequence slots and free KV blocks respected); ``decode_seqs`` counts
+    the sequences that really decode this pass, not merely the running ones.
+    """
+
+    waiting_tokens: int
+    decode_seqs: int
+
+    def __post_init__(self) -> None:
+        _check_int("GateInput", "waiting_tokens", self.waiting_tokens, 0)
+        _check_int("GateInput", "decode_seqs", self.decode_seqs, 0)
+
+
+class PrefillGate:
+    """Decides, once per scheduler pass, whether new prefills may be admitted.
+
+    O(1) per call; returns shared, immutable ``Decision`` objects.
+    """
+
+    __slots__ = ("_budget", "_config", "_dense", "_enabled", "_h")
+
+    def __init__(self, config: GateConfig) -> None:
+        if not isinstance(config, GateConfig):
+            raise TypeError(f"PrefillGate needs a GateConfig, got {type(config).__name__}")
+        self._config = config
+        self._dense = config.dense_tokens
+        self._budget = config.max_hold_passes
+        self._enabled = config.enabled
+        self._h = 0
+
+    @property
+    def config(self) -> GateConfig:
+        return self._config
+
+    @property
+    def hold_passes(self) -> int:
+        """Passes the current waiting episode has been held (0 <= h < max_hold_passes)."""
+        return self._h
+
+    def reset(self) -> None:
+        """Forget the current hold episode (e.g. after the scheduler is drained)."""
+        self._h = 0
+
+    def decide(self, inp: GateInput) -> Decision:
+        """Apply the rules in order: EMPTY, DISABLED, NO_DECODE, DENSE, BUDGET, else HOLD."""
+        return self.decide_counts(inp.waiting_tokens, inp.decode_seqs)
+
+    def decide_counts(self, waiting_tokens: int, decode_seqs: int) -> Decision:
+        """``decide`` without building a ``GateInput``: the scheduler's hot path.
+
+        The caller guarantees non-negative ints (``GateInput`` checks them).
+        """
+        if waiting_tokens == 0:
+            reason = Reason.EMPTY
+        elif not self._enabled:
+            reason = Reason.DISABLED
+        elif decode_seqs == 0:
+            reason = Reason.NO_DECODE
+        elif waiting_tokens >= self._dense:
+            reason = Reason.DENSE
+        elif self._h + 1 >= self._budget:
+            reason = Reason.BUDGET
+        else:
+            self._h += 1
+            return _DECISIONS[Reason.HOLD]
+        self._h = 0
+        return _DECISIONS[reason]
+
+    def __repr__(self) -> str:
+        return f"PrefillGate({self._config!r}, hold_passes={self._h})"

@@ -1,0 +1,1 @@
+"""Proof obligations over ``densegate.spec``, the prover, and ``densegate prove``."""
