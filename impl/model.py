@@ -1,0 +1,371 @@
+"""A small Llama-style decoder and its paged-KV forward, written here so the runner needs no hub.
+
+The weights are random but seeded and scaled so that greedy tokens depend on the
+whole context: a KV-cache or paging bug changes the tokens, which is what lets
+the tests compare the paged forward against ``reference_generate`` by greedy
+tokens alone.
+
+Two forwards share every layer except attention:
+
+* ``DecoderModel.reference_logits`` recomputes a whole sequence without a cache
+  (``scaled_dot_product_attention`` with the KV heads repeated): the plain oracle.
+* ``DecoderModel.paged_logits`` writes K/V into a flat paged cache through a slot
+  mapping and attends over slots gathered from block tables. Prefill chunks are
+  attended one sequence at a time; decode rows are attended as one batch over a
+  fixed-width context (``max_blocks_per_seq * block_size``) masked by position,
+  so the decode path has static shapes and never syncs the host: a CUDA graph
+  can capture it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from densegate.impl.batch import KVLayout
+
+__all__ = [
+    "DecoderModel",
+    "ForwardInputs",
+    "ModelConfig",
+    "PagedKVCache",
+    "PrefillSpan",
+    "reference_generate",
+]
+
+
+def _check_int(field: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"ModelConfig.{field} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"ModelConfig.{field} must be >= {minimum}, got {value}")
+
+
+def _check_positive_float(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"ModelConfig.{field} must be a number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"ModelConfig.{field} must be finite and > 0, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Shape of the decoder. ``head_dim=0`` derives it as ``hidden // n_heads``."""
+
+    vocab_size: int = 512
+    hidden: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 0
+    ffn_hidden: int = 128
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_int("vocab_size", self.vocab_size, 2)
+        _check_int("hidden", self.hidden, 1)
+        _check_int("n_layers", self.n_layers, 1)
+        _check_int("n_heads", self.n_heads, 1)
+        _check_int("n_kv_heads", self.n_kv_heads, 1)
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"ModelConfig.n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}"
+            )
+        _check_int("head_dim", self.head_dim, 0)
+        if self.head_dim == 0:
+            if self.hidden % self.n_heads:
+                raise ValueError(
+                    f"ModelConfig.hidden must be a multiple of n_heads={self.n_heads} when "
+                    f"head_dim is derived, got {self.hidden}"
+                )
+            object.__setattr__(self, "head_dim", self.hidden // self.n_heads)
+        if self.head_dim % 2:
+            raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
+        _check_int("ffn_hidden", self.ffn_hidden, 1)
+        _check_positive_float("rope_theta", self.rope_theta)
+        _check_positive_float("rms_eps", self.rms_eps)
+        _check_int("seed", self.seed, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    attn_norm: Tensor
+    wqkv: Tensor
+    wo: Tensor
+    mlp_norm: Tensor
+    w_gate_up: Tensor
+    w_down: Tensor
+
+
+def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    out = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return out.to(x.dtype) * weight
+
+
+def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate-half RoPE; ``x`` is [T, heads, D], ``cos``/``sin`` are [T, D/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    c, s = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+
+def _softmax(scores: Tensor) -> Tensor:
+    if scores.dtype in (torch.float16, torch.bfloat16):
+        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
+    return torch.softmax(scores, dim=-1)
+
+
+def _grouped_attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
+    """Grouped-query attention without repeating K/V.
+
+    ``q`` [B, N, H, D], ``k``/``v`` [B, C, KVH, D], ``allowed`` [B, N, C] bool;
+    query head ``h`` reads KV head ``h // (H // KVH)``. Every query row must allow
+    at least one key, else its softmax is NaN.
+    """
+    b, n, h, d = q.shape
+    kvh = k.shape[2]
+    qg = q.reshape(b, n, kvh, h // kvh, d)
+    scores = torch.einsum("bnkgd,bckd->bkgnc", qg, k) * (d**-0.5)
+    scores = scores.masked_fill(~allowed[:, None, None, :, :], float("-inf"))
+    out = torch.einsum("bkgnc,bckd->bnkgd", _softmax(scores), v)
+    return out.reshape(b, n, h, d)
+
+
+class PagedKVCache:
+    """Flat K/V cache, [n_layers, num_slots + 1, n_kv_heads, head_dim] each.
+
+    The extra last slot (``pad_slot``) absorbs writes of padded rows; block id
+    ``pad_block == num_blocks`` in a block table maps every position to it. Zero
+    initialised so that masked, never-written slots are finite (0 * NaN would
+    poison the attention sum).
+    """
+
+    def __init__(
+        self, config: ModelConfig, layout: KVLayout, device: torch.device, dtype: torch.dtype
+    ) -> None:
+        self.block_size: int = layout.block_size
+        self.num_slots: int = layout.num_slots
+        self.pad_slot: int = layout.num_slots
+        self.pad_block: int = layout.num_blocks
+        self.max_blocks_per_seq: int = layout.max_blocks_per_seq
+        shape = (config.n_layers, self.num_slots + 1, config.n_kv_heads, config.head_dim)
+        self.k = torch.zeros(shape, device=device, dtype=dtype)
+        self.v = torch.zeros(shape, device=device, dtype=dtype)
+        # Decode gathers a fixed context of max_blocks_per_seq whole blocks; these
+        # index tensors are built once so a captured graph allocates nothing for them.
+        width = self.max_blocks_per_seq * self.block_size
+        ar = torch.arange(width, device=device)
+        self.ctx_block_index: Tensor = ar // self.block_size
+        self.ctx_block_offset: Tensor = ar % self.block_size
+        self.key_positions: Tensor = ar
+
+    @property
+    def decode_width(self) -> int:
+        return int(self.key_positions.numel())
+
+    def context_slots(self, block_tables: Tensor) -> Tensor:
+        """Slots of positions ``0 .. decode_width - 1`` for each row of ``block_tables``.
+
+        Entries equal to ``pad_block`` land past the real slots and are clamped
+        onto ``pad_slot``: arithmetic only, no host sync.
+        """
+        blocks = block_tables.index_select(1, self.ctx_block_index)
+        slots: Tensor = blocks * self.block_size + self.ctx_block_offset
+        return slots.clamp_(max=self.pad_slot)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillSpan:
+    """One prefill chunk inside a flat pass: rows ``row_start .. row_start + n_rows - 1``.
+
+    ``ctx_slots`` [L] are the slots of the sequence's positions ``0 .. L - 1``,
+    where ``L = start + n_rows``; ``allowed`` [n_rows, L] is the causal mask.
+    """
+
+    row_start: int
+    n_rows: int
+    ctx_slots: Tensor
+    allowed: Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardInputs:
+    """A flat pass: prefill rows (one span per chunk) first, then one row per decode.
+
+    ``decode_block_tables`` [n_decode, max_blocks_per_seq] covers the rows from
+    ``decode_row_start`` on, padded with ``pad_block``. ``sample_rows`` selects the
+    rows whose logits are returned; ``None`` means every row (the decode graph).
+    """
+
+    token_ids: Tensor
+    positions: Tensor
+    slot_mapping: Tensor
+    prefills: tuple[PrefillSpan, ...]
+    decode_row_start: int
+    decode_block_tables: Tensor | None
+    sample_rows: Tensor | None
+
+
+_Attend = Callable[[int, Tensor, Tensor, Tensor], Tensor]
+
+
+class DecoderModel:
+    """Inference-only weights plus the two forwards; no autograd, no ``nn.Module``.
+
+    Weights are drawn in float64 on the CPU from ``config.seed`` and only then cast,
+    so every device and dtype sees the same model up to rounding.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if not dtype.is_floating_point:
+            raise ValueError(f"DecoderModel dtype must be floating point, got {dtype}")
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        gen = torch.Generator().manual_seed(config.seed)
+        c = config
+        q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+
+        def draw(rows: int, cols: int, std: float) -> Tensor:
+            w = torch.randn(rows, cols, generator=gen, dtype=torch.float64) * std
+            return w.to(device=self.device, dtype=dtype)
+
+        def ones(n: int) -> Tensor:
+            return torch.ones(n, device=self.device, dtype=dtype)
+
+        # Unit-variance embeddings and 1/sqrt(fan_in) projections keep every layer's
+        # contribution comparable to the residual, so attention (hence the cache)
+        # really steers the output; the head gain makes the argmax decisive.
+        self.embed = draw(c.vocab_size, c.hidden, 1.0)
+        layers = []
+        for _ in range(c.n_layers):
+            layers.append(
+                _Layer(
+                    attn_norm=ones(c.hidden),
+                    wqkv=draw(c.hidden, q_dim + 2 * kv_dim, c.hidden**-0.5),
+                    wo=draw(q_dim, c.hidden, q_dim**-0.5),
+                    mlp_norm=ones(c.hidden),
+                    w_gate_up=draw(c.hidden, 2 * c.ffn_hidden, c.hidden**-0.5),
+                    w_down=draw(c.ffn_hidden, c.hidden, c.ffn_hidden**-0.5),
+                )
+            )
+        self.layers = tuple(layers)
+        self.final_norm = ones(c.hidden)
+        self.lm_head = draw(c.hidden, c.vocab_size, 4.0 * c.hidden**-0.5)
+        half = c.head_dim // 2
+        exponents = torch.arange(half, dtype=torch.float64) / half
+        self.inv_freq = (c.rope_theta**-exponents).to(device=self.device, dtype=torch.float64)
+
+    def new_cache(self, layout: KVLayout) -> PagedKVCache:
+        return PagedKVCache(self.config, layout, self.device, self.dtype)
+
+    # -- shared body -------------------------------------------------------------
+
+    def _rope_tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        angles = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]
+        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+
+    def _body(self, token_ids: Tensor, positions: Tensor, attend: _Attend) -> Tensor:
+        """Embedding, all layers and the final norm; ``attend`` is the only variant."""
+        c = self.config
+        t = token_ids.shape[0]
+        q_dim, kv_dim = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        cos, sin = self._rope_tables(positions)
+        x = self.embed.index_select(0, token_ids)
+        for i, layer in enumerate(self.layers):
+            qkv = _rms_norm(x, layer.attn_norm, c.rms_eps) @ layer.wqkv
+            q = _apply_rope(qkv[:, :q_dim].reshape(t, c.n_heads, c.head_dim), cos, sin)
+            k = _apply_rope(
+                qkv[:, q_dim : q_dim + kv_dim].reshape(t, c.n_kv_heads, c.head_dim), cos, sin
+            )
+            v = qkv[:, q_dim + kv_dim :].reshape(t, c.n_kv_heads, c.head_dim)
+            x = x + attend(i, q, k, v).reshape(t, q_dim) @ layer.wo
+            gate, up = (_rms_norm(x, layer.mlp_norm, c.rms_eps) @ layer.w_gate_up).chunk(2, -1)
+            x = x + (F.silu(gate) * up) @ layer.w_down
+        return _rms_norm(x, self.final_norm, c.rms_eps)
+
+    # -- reference: full recompute -----------------------------------------------
+
+    def reference_logits(self, token_ids: Sequence[int]) -> Tensor:
+        """Logits [L, vocab] for every position of one sequence, recomputed from scratch."""
+        ids = torch.tensor(list(token_ids), dtype=torch.long, device=self.device)
+        positions = torch.arange(ids.shape[0], device=self.device)
+        groups = self.config.n_heads // self.config.n_kv_heads
+
+        def attend(_layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            kk = k.repeat_interleave(groups, dim=1).transpose(0, 1)
+            vv = v.repeat_interleave(groups, dim=1).transpose(0, 1)
+            out = F.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, is_causal=True)
+            return out.transpose(0, 1)
+
+        with torch.no_grad():
+            return self._body(ids, positions, attend) @ self.lm_head
+
+    # -- paged forward -----------------------------------------------------------
+
+    def paged_logits(self, cache: PagedKVCache, inp: ForwardInputs) -> Tensor:
+        """Write this pass's K/V into ``cache`` and return logits of the sampled rows.
+
+        With only decode rows this is static-shaped and host-sync free, so it is
+        exactly what the runner captures into a CUDA graph.
+        """
+        dec_slots: Tensor | None = None
+        dec_allowed: Tensor | None = None
+        if inp.decode_block_tables is not None:
+            dec_slots = cache.context_slots(inp.decode_block_tables)
+            dec_positions = inp.positions[inp.decode_row_start :]
+            # A decode row at position p attends to positions 0..p (its context length
+            # is p + 1); a padded row sits at position 0 and reads only the pad slot.
+            dec_allowed = (cache.key_positions[None, :] <= dec_positions[:, None])[:, None, :]
+
+        def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            kc, vc = cache.k[layer], cache.v[layer]
+            kc.index_copy_(0, inp.slot_mapping, k)
+            vc.index_copy_(0, inp.slot_mapping, v)
+            outs = []
+            for span in inp.prefills:
+                rows = slice(span.row_start, span.row_start + span.n_rows)
+                ks = kc.index_select(0, span.ctx_slots)[None]
+                vs = vc.index_select(0, span.ctx_slots)[None]
+                outs.append(_grouped_attention(q[rows][None], ks, vs, span.allowed[None])[0])
+            if dec_slots is not None and dec_allowed is not None:
+                qd = q[inp.decode_row_start :][:, None]
+                outs.append(_grouped_attention(qd, kc[dec_slots], vc[dec_slots], dec_allowed)[:, 0])
+            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+        with torch.no_grad():
+            hidden = self._body(inp.token_ids, inp.positions, attend)
+            if inp.sample_rows is not None:
+                hidden = hidden.index_select(0, inp.sample_rows)
+            return hidden @ self.lm_head
+
+    def paged_greedy(self, cache: PagedKVCache, inp: ForwardInputs) -> Tensor:
+        """Greedy next tokens [n_sampled] (argmax on the device: nothing syncs)."""
+        return self.paged_logits(cache, inp).argmax(dim=-1)
+
+
+def reference_generate(model: DecoderModel, prompt: Sequence[int], max_tokens: int) -> list[int]:
+    """Greedy continuation by full recompute each step: the oracle for the paged path."""
+    if not prompt:
+        raise ValueError("reference_generate needs a non-empty prompt")
+    seq = list(prompt)
+    out: list[int] = []
+    for _ in range(max_tokens):
+        tok = int(model.reference_logits(seq)[-1].argmax().item())
+        out.append(tok)
+        seq.append(tok)
+    return out

@@ -1,0 +1,377 @@
+"""The prover: inductive proofs over a spec machine, and counterexample traces.
+
+An obligation states a property of every transition taken from a reachable
+state. It is proved for all parameter values by an inductive invariant (three
+validity queries: initiation, consecution, and invariant-implies-property), or,
+where only bounded checking is feasible, by bounded model checking with the
+bound reported. Broken variants of the machine are refuted by bounded model
+checking from the initial state, which yields a trace a person can read.
+
+Only ``unsat`` proves anything: ``unknown`` (resource limit included) is a
+failure that says why. Limits are z3 rlimits, never wall-clock timeouts, so a
+run is repeatable on any machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import z3
+
+from densegate.spec.machine import Command, Frame, Machine, Vars
+
+__all__ = [
+    "GUARDS",
+    "CheckResult",
+    "Monitor",
+    "Mutant",
+    "MutantResult",
+    "Obligation",
+    "ObligationResult",
+    "Step",
+    "Trace",
+    "find_trace",
+    "prove",
+]
+
+GUARDS = "guards true"
+"""Trace column: the commands enabled at the last pass (0 or 2+ is a P7-style bug)."""
+
+RLIMIT = 50_000_000
+"""z3 resource budget per query; exceeding it is reported as ``unknown``."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One transition as the property sees it. ``s``/``s2`` include monitors."""
+
+    p: Vars
+    s: Vars
+    o: Vars
+    out: Vars
+    s2: Vars
+    commands: Sequence[Command]
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """A history variable the proof adds to the state; the machine never reads it."""
+
+    name: str
+    sort: Callable[[str], z3.ExprRef]
+    init: Callable[[Vars], z3.ExprRef]
+    update: Callable[[Step], z3.ExprRef]
+
+
+Prop = Callable[[Step], z3.BoolRef]
+Inv = Callable[[Vars, Vars], z3.BoolRef]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A deliberately broken machine the obligation must refute."""
+
+    name: str
+    description: str
+    machine: Machine
+
+
+@dataclass(frozen=True)
+class Obligation:
+    """A property of every reachable transition, with its proof certificate.
+
+    ``invariant`` strengthens the property until it is inductive. With
+    ``needs_step`` False the property is about (state, observation) alone and
+    is checked without assuming any command fired: totality lives there.
+    ``bound`` set means bounded model checking to that depth instead of
+    induction (reported as not parametric).
+    """
+
+    id: str
+    level: str
+    statement: str
+    machine: Machine
+    prop: Prop
+    invariant: Inv
+    mutants: Sequence[Mutant]
+    monitors: Sequence[Monitor] = ()
+    needs_step: bool = True
+    bound: int | None = None
+    bound_note: str | None = None
+    trace_depth: int = 12
+    readable: Callable[[Vars], z3.BoolRef] | None = None
+    """Extra constraints tried first when searching a trace, for small numbers."""
+
+
+@dataclass
+class CheckResult:
+    name: str
+    status: str  # unsat | sat | unknown
+    seconds: float
+    reason: str = ""
+
+
+@dataclass
+class Trace:
+    """A run from the initial state whose last pass breaks the property."""
+
+    params: dict[str, Any]
+    rows: list[dict[str, Any]]
+    violated: str
+
+
+@dataclass
+class MutantResult:
+    name: str
+    description: str
+    status: str  # refuted | survived | unknown
+    seconds: float
+    trace: Trace | None = None
+    reason: str = ""
+
+
+@dataclass
+class ObligationResult:
+    id: str
+    level: str
+    statement: str
+    status: str  # proved | failed | unknown
+    seconds: float
+    parametric: bool
+    bound: str | None
+    checks: list[CheckResult] = field(default_factory=list)
+    mutants: list[MutantResult] = field(default_factory=list)
+    trace: Trace | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "proved" and all(m.status == "refuted" for m in self.mutants)
+
+
+# -- building blocks ------------------------------------------------------------------
+
+
+class _Unroller:
+    """Fresh frames of one machine plus the obligation's monitors."""
+
+    def __init__(self, machine: Machine, monitors: Sequence[Monitor]) -> None:
+        self.machine = machine
+        self.monitors = monitors
+
+    def state(self, tag: str) -> Vars:
+        s = self.machine.state(tag)
+        s.update({m.name: m.sort(f"{m.name}@{tag}") for m in self.monitors})
+        return s
+
+    def frame(self, tag: str) -> Frame:
+        f = self.machine.frame(tag)
+        f.state.update({m.name: m.sort(f"{m.name}@{tag}") for m in self.monitors})
+        return f
+
+    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
+        mons = [s[m.name] == m.init(p) for m in self.monitors]
+        return z3.And(self.machine.init(p, s), *mons)
+
+    def step(self, p: Vars, f: Frame, nxt: Vars) -> tuple[Step, z3.BoolRef]:
+        """The step object and the constraint that it is a real transition."""
+        cmds = self.machine.commands(p, f.state, f.obs)
+        st = Step(p, f.state, f.obs, f.out, nxt, cmds)
+        mons = [nxt[m.name] == m.update(st) for m in self.monitors]
+        return st, z3.And(self.machine.relation(p, f, nxt), *mons)
+
+
+def _solver() -> z3.Solver:
+    s = z3.Solver()
+    s.set("rlimit", RLIMIT)
+    return s
+
+
+def _check(name: str, premise: Sequence[z3.BoolRef], goal: z3.BoolRef) -> CheckResult:
+    """Validity of premise => goal, as unsatisfiability of its negation."""
+    t0 = time.perf_counter()
+    s = _solver()
+    s.add(*premise)
+    s.add(z3.Not(goal))
+    r = s.check()
+    dt = time.perf_counter() - t0
+    if r == z3.unsat:
+        return CheckResult(name, "unsat", dt)
+    if r == z3.sat:
+        return CheckResult(name, "sat", dt, "counterexample to induction found")
+    return CheckResult(name, "unknown", dt, s.reason_unknown())
+
+
+def _value(model: z3.ModelRef, term: z3.ExprRef) -> Any:
+    v = model.eval(term, model_completion=True)
+    if z3.is_true(v):
+        return True
+    if z3.is_false(v):
+        return False
+    if z3.is_int_value(v):
+        return v.as_long()
+    return str(v)
+
+
+def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
+    u = _Unroller(machine, ob.monitors)
+    p = machine.params()
+    f = u.frame("0")
+    nxt = u.state("1")
+    st, trans = u.step(p, f, nxt)
+    base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs)]
+    inv_s = ob.invariant(p, f.state)
+    checks = [
+        _check("initiation", [machine.param_ok(p), u.init(p, f.state)], inv_s),
+        _check("consecution", [*base, inv_s, trans], ob.invariant(p, nxt)),
+    ]
+    premise = [*base, inv_s, trans] if ob.needs_step else [*base, inv_s]
+    checks.append(_check("property", premise, ob.prop(st)))
+    return checks
+
+
+def find_trace(ob: Obligation, machine: Machine, depth: int) -> tuple[str, Trace | None, str]:
+    """Bounded model checking from init: ('sat', trace) or ('unsat'|'unknown', None).
+
+    Tries the ``readable`` constraints first so traces use small numbers; a
+    trace found under them is as real as any other.
+    """
+    attempts = [ob.readable, None] if ob.readable is not None else [None]
+    status, reason = "unsat", ""
+    for extra in attempts:
+        status, trace, reason = _bmc(ob, machine, depth, extra)
+        if trace is not None:
+            return status, trace, reason
+    return status, None, reason
+
+
+def _bmc(
+    ob: Obligation,
+    machine: Machine,
+    depth: int,
+    extra: Callable[[Vars], z3.BoolRef] | None,
+) -> tuple[str, Trace | None, str]:
+    u = _Unroller(machine, ob.monitors)
+    p = machine.params()
+    s = _solver()
+    s.add(machine.param_ok(p))
+    if extra is not None:
+        s.add(extra(p))
+    frames: list[Frame] = [u.frame("0")]
+    s.add(u.init(p, frames[0].state))
+    saw_unknown = ""
+    for k in range(depth):
+        f = frames[k]
+        nxt = u.frame(str(k + 1))
+        s.add(machine.obs_ok(p, f.state, f.obs))
+        st, trans = u.step(p, f, nxt.state)
+        s.push()
+        if ob.needs_step:
+            s.add(trans)
+        s.add(z3.Not(ob.prop(st)))
+        r = s.check()
+        if r == z3.sat:
+            return "sat", _trace(s.model(), machine, p, frames, nxt, k, ob), ""
+        if r == z3.unknown:
+            saw_unknown = s.reason_unknown()
+        s.pop()
+        s.add(trans)
+        frames.append(nxt)
+    return ("unknown" if saw_unknown else "unsat"), None, saw_unknown
+
+
+def _trace(
+    model: z3.ModelRef,
+    machine: Machine,
+    p: Vars,
+    frames: list[Frame],
+    last: Frame,
+    k: int,
+    ob: Obligation,
+) -> Trace:
+    rows = []
+    for i in range(k + 1):
+        f = frames[i]
+        nxt = frames[i + 1].state if i < k else last.state
+        row: dict[str, Any] = {"pass": i}
+        row.update({n: _value(model, v) for n, v in f.obs.items()})
+        row.update({n: _value(model, v) for n, v in f.state.items()})
+        final_without_step = i == k and not ob.needs_step
+        for n, v in f.out.items():
+            row[n] = None if final_without_step else _value(model, v)
+        if not final_without_step:
+            row.update({f"next_{n}": _value(model, v) for n, v in nxt.items()})
+        if i == k:
+            cmds = machine.commands(p, f.state, f.obs)
+            row[GUARDS] = [c.name for c in cmds if z3.is_true(model.eval(c.guard, True))]
+        rows.append(row)
+    params = {n: _value(model, v) for n, v in p.items()}
+    return Trace(params, rows, ob.statement)
+
+
+# -- entry points ---------------------------------------------------------------------
+
+
+def _status(checks: Sequence[CheckResult]) -> str:
+    if any(c.status == "sat" for c in checks):
+        return "failed"
+    if any(c.status == "unknown" for c in checks):
+        return "unknown"
+    return "proved"
+
+
+def _refute(ob: Obligation, m: Mutant) -> MutantResult:
+    t0 = time.perf_counter()
+    depth = ob.bound if ob.bound is not None else ob.trace_depth
+    status, trace, reason = find_trace(ob, m.machine, depth)
+    if trace is not None:
+        return MutantResult(m.name, m.description, "refuted", time.perf_counter() - t0, trace)
+    if ob.bound is None and status == "unsat":
+        verdict = _status(_induction_checks(ob, m.machine))
+        if verdict == "proved":
+            return MutantResult(m.name, m.description, "survived", time.perf_counter() - t0)
+        reason = f"no trace within {depth} passes, induction {verdict}"
+    elif ob.bound is not None and status == "unsat":
+        return MutantResult(
+            m.name,
+            m.description,
+            "survived",
+            time.perf_counter() - t0,
+            None,
+            f"no violation within {depth} passes",
+        )
+    return MutantResult(m.name, m.description, "unknown", time.perf_counter() - t0, None, reason)
+
+
+def prove(ob: Obligation) -> ObligationResult:
+    """Prove ``ob`` and refute each of its mutants."""
+    t0 = time.perf_counter()
+    trace = None
+    if ob.bound is None:
+        checks = _induction_checks(ob, ob.machine)
+        status = _status(checks)
+    else:
+        t1 = time.perf_counter()
+        r, trace, reason = find_trace(ob, ob.machine, ob.bound)
+        check = CheckResult(f"bmc depth {ob.bound}", r, time.perf_counter() - t1, reason)
+        checks = [check]
+        status = _status(checks)
+    if status == "failed" and trace is None:
+        _, trace, _ = find_trace(ob, ob.machine, ob.trace_depth)
+    seconds = time.perf_counter() - t0
+    mutants = [_refute(ob, m) for m in ob.mutants]
+    bound = None if ob.bound is None else (ob.bound_note or f"depth {ob.bound}")
+    return ObligationResult(
+        ob.id,
+        ob.level,
+        ob.statement,
+        status,
+        seconds,
+        ob.bound is None,
+        bound,
+        checks,
+        mutants,
+        trace,
+    )

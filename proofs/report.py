@@ -1,0 +1,121 @@
+"""The proof report: one row per obligation (mypyvy-style), traces pass by pass."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from densegate.proofs.prover import GUARDS, MutantResult, ObligationResult, Trace
+
+__all__ = ["print_report", "render_trace", "to_json"]
+
+_STYLE = {"proved": "green", "refuted": "green", "failed": "red", "survived": "red"}
+
+
+def _scope(r: ObligationResult) -> str:
+    return "all parameters" if r.parametric else f"bounded: {r.bound}"
+
+
+def _mutant_json(m: MutantResult) -> dict[str, Any]:
+    return {
+        "name": m.name,
+        "description": m.description,
+        "status": m.status,
+        "seconds": round(m.seconds, 4),
+        "params": m.trace.params if m.trace else None,
+        "trace": m.trace.rows if m.trace else [],
+        "reason": m.reason,
+    }
+
+
+def to_json(results: list[ObligationResult], seconds: float) -> dict[str, Any]:
+    return {
+        "obligations": [
+            {
+                "id": r.id,
+                "level": r.level,
+                "statement": r.statement,
+                "status": r.status,
+                "seconds": round(r.seconds, 4),
+                "parametric": r.parametric,
+                "bound": r.bound,
+                "checks": [
+                    {"name": c.name, "status": c.status, "reason": c.reason} for c in r.checks
+                ],
+                "counterexample": (
+                    {"params": r.trace.params, "trace": r.trace.rows} if r.trace else None
+                ),
+                "mutants": [_mutant_json(m) for m in r.mutants],
+            }
+            for r in results
+        ],
+        "seconds": round(seconds, 4),
+    }
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return ",".join(v) or "(none)"
+    return str(v)
+
+
+def render_trace(trace: Trace) -> Table:
+    """Parameters first, then one row per pass; the last pass breaks the property."""
+    params = "  ".join(f"{k}={_fmt(v)}" for k, v in trace.params.items())
+    cols: list[str] = []
+    for row in trace.rows:
+        cols.extend(k for k in row if k not in cols)
+    table = Table(title=f"parameters: {params}", title_justify="left", show_edge=False)
+    for c in cols:
+        table.add_column(c, justify="left" if c == GUARDS else "right")
+    for row in trace.rows:
+        cells = [_fmt(row.get(c)) for c in cols]
+        if "fire" in row and row["fire"] is not None:
+            cells[cols.index("fire")] = "FIRE" if row["fire"] else "HOLD"
+        table.add_row(*cells)
+    return table
+
+
+def print_report(
+    results: list[ObligationResult], seconds: float, console: Console, traces: bool
+) -> None:
+    table = Table(title="densegate prove", title_justify="left")
+    for c in ("id", "level", "statement", "result", "seconds", "scope", "mutants"):
+        table.add_column(c, overflow="fold")
+    for r in results:
+        refuted = sum(m.status == "refuted" for m in r.mutants)
+        style = _STYLE.get(r.status, "yellow")
+        mstyle = "green" if refuted == len(r.mutants) else "red"
+        table.add_row(
+            r.id,
+            r.level,
+            r.statement,
+            f"[{style}]{r.status}[/]",
+            f"{r.seconds:.3f}",
+            _scope(r),
+            f"[{mstyle}]{refuted}/{len(r.mutants)} refuted[/]",
+        )
+    console.print(table)
+    for r in results:
+        for c in r.checks:
+            if c.status != "unsat":
+                console.print(f"[red]{r.id} {c.name}: {c.status}[/] {c.reason}")
+        if r.trace is not None:
+            console.print(f"[red]{r.id} counterexample[/]: {r.statement}")
+            console.print(render_trace(r.trace))
+        for m in r.mutants:
+            bad = m.status != "refuted"
+            if bad:
+                console.print(f"[red]{r.id} mutant {m.name} {m.status}[/]: {m.reason}")
+            if m.trace is not None and (traces or bad):
+                console.print(f"\n[bold]{r.id} refutes {m.name}[/]: {m.description}")
+                console.print(render_trace(m.trace))
+    ok = all(r.ok for r in results)
+    verdict = "[green]all proved, all mutants refuted[/]" if ok else "[red]NOT all proved[/]"
+    console.print(f"{verdict} in {seconds:.2f} s")

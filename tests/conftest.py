@@ -1,0 +1,38 @@
+"""Hypothesis profiles: ``ci`` (default: derandomized, bounded) and ``nightly``.
+
+Select with ``DENSEGATE_PROFILE=nightly`` (or Hypothesis' own
+``HYPOTHESIS_PROFILE``). Tests scale their example counts through
+``settings()`` so one switch deepens the whole suite.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+
+# The "explain" phase re-runs a failing stateful case hundreds of times to
+# annotate it; the shrunk steps it would annotate are printed anyway.
+_PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
+
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    max_examples=100,
+    print_blob=True,
+    phases=_PHASES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "nightly",
+    derandomize=False,
+    deadline=None,
+    max_examples=2_000,
+    print_blob=True,
+    phases=_PHASES,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(
+    os.environ.get("DENSEGATE_PROFILE", os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+)
