@@ -6,6 +6,8 @@ broken gates it must refute.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import z3
 
 from densegate.proofs.gate_mutants import GATE_MUTANTS
@@ -28,7 +30,7 @@ def _readable(p: Vars) -> z3.BoolRef:
     return z3.And(p["B"] <= 8, p["K"] <= 4)
 
 
-def _rank(p: Vars, s: Vars) -> z3.ArithRef:
+def _rank(p: Vars, s: Mapping[str, z3.ExprRef]) -> z3.ArithRef:
     return p["K"] - 1 - s["h"]
 
 

@@ -86,8 +86,8 @@ def print_report(
     results: list[ObligationResult], seconds: float, console: Console, traces: bool
 ) -> None:
     table = Table(title="densegate prove", title_justify="left")
-    for c in ("id", "level", "statement", "result", "seconds", "scope", "mutants"):
-        table.add_column(c, overflow="fold")
+    for col in ("id", "level", "statement", "result", "seconds", "scope", "mutants"):
+        table.add_column(col, overflow="fold")
     for r in results:
         refuted = sum(m.status == "refuted" for m in r.mutants)
         style = _STYLE.get(r.status, "yellow")

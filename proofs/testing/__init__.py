@@ -1,0 +1,1 @@
+"""Conformance kit: check any gate against the proved machine (strategies, check_gate)."""
