@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-__all__ = ["BatchKind", "KVLayout", "Runner", "ScheduledBatch", "SeqChunk"]
+__all__ = ["BatchKind", "KVLayout", "NullRunner", "Runner", "ScheduledBatch", "SeqChunk"]
 
 
 class BatchKind(enum.Enum):
@@ -93,3 +93,18 @@ class Runner(Protocol):
     """Executes a pass and returns one sampled token per ``batch.sampled()`` chunk."""
 
     def execute(self, batch: ScheduledBatch) -> Sequence[int]: ...
+
+
+class NullRunner:
+    """Executes nothing: one fixed token per sampled chunk, for scheduling at scale."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: int = 0) -> None:
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise ValueError(f"NullRunner.token must be an int >= 0, got {token!r}")
+        self.token = token
+
+    def execute(self, batch: ScheduledBatch) -> Sequence[int]:
+        n = sum(c.sample for c in batch.prefills) + sum(c.sample for c in batch.decodes)
+        return [self.token] * n

@@ -33,6 +33,10 @@ class Reason(enum.Enum):
     """The waiting episode has been held ``max_hold_passes - 1`` passes already."""
     HOLD = "hold"
     """Under-full prefill while decodes run: keep decoding, admit nothing new."""
+    KV_PRESSURE = "kv_pressure"
+    """Aligned gate only: a rank's KV usage is over its high watermark, so holding cannot help."""
+    STALL = "stall"
+    """Aligned gate only: the aggregate fill stopped growing for ``stall_ticks`` ticks."""
 
 
 @dataclass(frozen=True, slots=True)

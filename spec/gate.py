@@ -13,13 +13,12 @@ Broken variants for the proofs subclass ``GateMachine`` and override
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 import z3
 
-from densegate.spec.machine import Command, Machine, Sort, Vars
+from densegate.spec.machine import Command, Machine, Vars
 
 __all__ = ["GATE", "REASONS", "GateConditions", "GateMachine", "Reason", "reason"]
 
@@ -51,11 +50,12 @@ class GateConditions:
 class GateMachine(Machine):
     """FIRE/HOLD per pass; every FIRE resets ``h``, every HOLD increments it."""
 
-    name = "gate"
-    param_sorts: ClassVar[Mapping[str, Sort]] = {"B": z3.Int, "K": z3.Int, "enabled": z3.Bool}
-    state_sorts: ClassVar[Mapping[str, Sort]] = {"h": z3.Int}
-    obs_sorts: ClassVar[Mapping[str, Sort]] = {"w": z3.Int, "d": z3.Int}
-    out_sorts: ClassVar[Mapping[str, Sort]] = {"fire": z3.Bool, "reason": _reason_var}
+    def __init__(self) -> None:
+        self.name = "gate"
+        self.param_sorts = {"B": z3.Int, "K": z3.Int, "enabled": z3.Bool}
+        self.state_sorts = {"h": z3.Int}
+        self.obs_sorts = {"w": z3.Int, "d": z3.Int}
+        self.out_sorts = {"fire": z3.Bool, "reason": _reason_var}
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
         return z3.And(p["B"] >= 1, p["K"] >= 1)

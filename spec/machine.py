@@ -10,14 +10,15 @@ if/else chain.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any
 
 import z3
 
-__all__ = ["Command", "Frame", "Machine", "Sort", "Vars", "compile_term", "evaluate"]
+__all__ = ["Command", "Frame", "Machine", "Sort", "Vars", "Program", "evaluate"]
 
 Vars = dict[str, z3.ExprRef]
 """Named Z3 terms: one frame's parameters, state, observation or outputs."""
@@ -47,16 +48,16 @@ class Frame:
 class Machine:
     """Base of every spec machine. Subclasses declare variable sorts and commands.
 
-    ``param_sorts``/``state_sorts``/``obs_sorts``/``out_sorts`` map a name to a
-    constructor such as ``z3.Int``; fresh constants are tagged so a trace can
-    hold many frames.
+    ``param_sorts``/``state_sorts``/``obs_sorts``/``out_sorts`` (set by the
+    subclass's ``__init__``) map a name to a constructor such as ``z3.Int``;
+    fresh constants are tagged so a trace can hold many frames.
     """
 
     name: str = "machine"
-    param_sorts: ClassVar[Mapping[str, Sort]] = {}
-    state_sorts: ClassVar[Mapping[str, Sort]] = {}
-    obs_sorts: ClassVar[Mapping[str, Sort]] = {}
-    out_sorts: ClassVar[Mapping[str, Sort]] = {}
+    param_sorts: Mapping[str, Sort]
+    state_sorts: Mapping[str, Sort]
+    obs_sorts: Mapping[str, Sort]
+    out_sorts: Mapping[str, Sort]
 
     # -- what a subclass writes -------------------------------------------------
     def param_ok(self, p: Vars) -> z3.BoolRef:
@@ -108,78 +109,89 @@ _NARY: dict[int, Callable[[list[Any]], Any]] = {
     z3.Z3_OP_AND: all,
     z3.Z3_OP_OR: any,
     z3.Z3_OP_ADD: sum,
+    z3.Z3_OP_MUL: math.prod,
     z3.Z3_OP_DISTINCT: lambda a: len(set(a)) == len(a),
-}
-_BINARY: dict[int, Callable[[Any, Any], Any]] = {
-    z3.Z3_OP_EQ: lambda a, b: a == b,
-    z3.Z3_OP_LE: lambda a, b: a <= b,
-    z3.Z3_OP_LT: lambda a, b: a < b,
-    z3.Z3_OP_GE: lambda a, b: a >= b,
-    z3.Z3_OP_GT: lambda a, b: a > b,
-    z3.Z3_OP_SUB: lambda a, b: a - b,
-    z3.Z3_OP_IMPLIES: lambda a, b: (not a) or b,
-    z3.Z3_OP_IDIV: lambda a, b: a // b,
-    z3.Z3_OP_MOD: lambda a, b: a % b,
+    z3.Z3_OP_NOT: lambda a: not a[0],
+    z3.Z3_OP_UMINUS: lambda a: -a[0],
+    z3.Z3_OP_ITE: lambda a: a[1] if a[0] else a[2],
+    z3.Z3_OP_EQ: lambda a: a[0] == a[1],
+    z3.Z3_OP_LE: lambda a: a[0] <= a[1],
+    z3.Z3_OP_LT: lambda a: a[0] < a[1],
+    z3.Z3_OP_GE: lambda a: a[0] >= a[1],
+    z3.Z3_OP_GT: lambda a: a[0] > a[1],
+    z3.Z3_OP_SUB: lambda a: a[0] - sum(a[1:]),
+    z3.Z3_OP_IMPLIES: lambda a: (not a[0]) or a[1],
+    z3.Z3_OP_IDIV: lambda a: a[0] // a[1],
+    z3.Z3_OP_MOD: lambda a: a[0] % a[1],
 }
 
 Env = Mapping[str, Any]
+_CONST, _VAR, _OP = 0, 1, 2
 
 
-def compile_term(term: z3.ExprRef) -> Callable[[Env], Any]:
-    """Turn a quantifier-free Z3 term into a Python closure over concrete values.
+class Program:
+    """Quantifier-free Z3 terms compiled to a straight-line program over their DAG.
 
-    The agreement tests evaluate the spec thousands of times; walking Z3's AST
-    once and then running plain Python keeps a pass in microseconds. Variables
-    are looked up by their Z3 name; enum constants evaluate to their names.
+    The agreement tests evaluate the spec on concrete values thousands of
+    times; the scheduler's terms share subterms heavily, so each node is
+    computed once per evaluation, in topological order. Variables are read
+    from the environment by their Z3 name; enum constants evaluate to their
+    names. Divisors in specs are positive constants, where Z3's ``div`` and
+    Python's ``//`` agree.
     """
-    kind = term.decl().kind() if z3.is_app(term) else None
-    kids = [compile_term(k) for k in term.children()]
-    if z3.is_true(term) or z3.is_false(term):
-        b = z3.is_true(term)
-        return lambda env: b
-    if z3.is_int_value(term):
-        n = term.as_long()
-        return lambda env: n
-    if kind == z3.Z3_OP_UNINTERPRETED and not kids:
-        key = term.decl().name()
-        return lambda env: env[key]
-    if kind == z3.Z3_OP_DT_CONSTRUCTOR and not kids:
-        name = term.decl().name()
-        return lambda env: name
-    if kind == z3.Z3_OP_NOT:
-        (a,) = kids
-        return lambda env: not a(env)
-    if kind == z3.Z3_OP_UMINUS:
-        (a,) = kids
-        return lambda env: -a(env)
-    if kind == z3.Z3_OP_ITE:
-        c, t, e = kids
-        return lambda env: t(env) if c(env) else e(env)
-    if kind == z3.Z3_OP_MUL:
 
-        def mul(env: Env) -> Any:
-            r = 1
-            for k in kids:
-                r *= k(env)
-            return r
+    def __init__(self, roots: Sequence[z3.ExprRef]) -> None:
+        self.nodes: list[tuple[int, Any, tuple[int, ...]]] = []
+        index: dict[int, int] = {}
+        for root in roots:
+            stack: list[tuple[z3.ExprRef, bool]] = [(root, False)]
+            while stack:
+                term, expanded = stack.pop()
+                key = term.get_id()
+                if key in index:
+                    continue
+                kids = term.children()
+                if not expanded and kids:
+                    stack.append((term, True))
+                    stack.extend((k, False) for k in kids if k.get_id() not in index)
+                    continue
+                index[key] = len(self.nodes)
+                self.nodes.append(self._node(term, tuple(index[k.get_id()] for k in kids)))
+        self.roots = [index[r.get_id()] for r in roots]
 
-        return mul
-    if kind in _NARY:
-        f = _NARY[kind]
-        return lambda env: f([k(env) for k in kids])
-    if kind in _BINARY and len(kids) == 2:
-        g = _BINARY[kind]
-        a, b = kids
-        return lambda env: g(a(env), b(env))
-    raise ValueError(f"compile_term: unsupported operator in {term}")
+    @staticmethod
+    def _node(term: z3.ExprRef, args: tuple[int, ...]) -> tuple[int, Any, tuple[int, ...]]:
+        if z3.is_true(term) or z3.is_false(term):
+            return (_CONST, z3.is_true(term), ())
+        if z3.is_int_value(term):
+            return (_CONST, term.as_long(), ())
+        kind = term.decl().kind()
+        if kind == z3.Z3_OP_UNINTERPRETED and not args:
+            return (_VAR, term.decl().name(), ())
+        if kind == z3.Z3_OP_DT_CONSTRUCTOR and not args:
+            return (_CONST, term.decl().name(), ())
+        if kind in _NARY:
+            return (_OP, _NARY[kind], args)
+        raise ValueError(f"Program: unsupported operator {term.decl()} in {term}")
+
+    def run(self, env: Env) -> list[Any]:
+        vals: list[Any] = [None] * len(self.nodes)
+        for i, (tag, payload, args) in enumerate(self.nodes):
+            if tag == _CONST:
+                vals[i] = payload
+            elif tag == _VAR:
+                vals[i] = env[payload]
+            else:
+                vals[i] = payload([vals[a] for a in args])
+        return [vals[r] for r in self.roots]
 
 
 @dataclass(frozen=True)
 class _Compiled:
     names: tuple[str, ...]
-    guards: tuple[Callable[[Env], Any], ...]
-    outs: tuple[dict[str, Callable[[Env], Any]], ...]
-    nexts: tuple[dict[str, Callable[[Env], Any]], ...]
+    program: Program
+    outs: tuple[tuple[str, ...], ...]
+    nexts: tuple[tuple[str, ...], ...]
     keys: dict[str, str]
 
 
@@ -188,11 +200,14 @@ def _compile(machine: Machine) -> _Compiled:
     keys = {}
     for group in (p, s, o):
         keys.update({k: v.decl().name() for k, v in group.items()})
+    roots: list[z3.ExprRef] = [c.guard for c in cmds]
+    for c in cmds:
+        roots += list(c.out.values()) + list(c.next.values())
     return _Compiled(
         tuple(c.name for c in cmds),
-        tuple(compile_term(c.guard) for c in cmds),
-        tuple({k: compile_term(v) for k, v in c.out.items()} for c in cmds),
-        tuple({k: compile_term(v) for k, v in c.next.items()} for c in cmds),
+        Program(roots),
+        tuple(tuple(c.out) for c in cmds),
+        tuple(tuple(c.next) for c in cmds),
         keys,
     )
 
@@ -216,11 +231,15 @@ def evaluate(
         hit = _CACHE[id(machine)] = (machine, _compile(machine))
     comp = hit[1]
     env = {comp.keys[k]: v for m in (params, state, obs) for k, v in m.items()}
-    enabled = [i for i, g in enumerate(comp.guards) if g(env)]
+    vals = comp.program.run(env)
+    n = len(comp.names)
+    enabled = [i for i in range(n) if vals[i]]
     if len(enabled) != 1:
         names = [comp.names[i] for i in enabled]
         raise ValueError(f"{machine.name}: {len(enabled)} commands enabled {names} at {obs}")
     (i,) = enabled
-    out = {k: f(env) for k, f in comp.outs[i].items()}
-    nxt = {k: f(env) for k, f in comp.nexts[i].items()}
+    pos = n + sum(len(comp.outs[j]) + len(comp.nexts[j]) for j in range(i))
+    out = dict(zip(comp.outs[i], vals[pos : pos + len(comp.outs[i])], strict=True))
+    pos += len(comp.outs[i])
+    nxt = dict(zip(comp.nexts[i], vals[pos : pos + len(comp.nexts[i])], strict=True))
     return comp.names[i], out, nxt

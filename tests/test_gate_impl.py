@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import inspect
+import itertools
 
 import pytest
 
@@ -10,7 +13,25 @@ from densegate.impl import Decision, GateConfig, GateInput, PrefillGate, Reason
 
 
 def test_reason_members_are_exactly_the_rules() -> None:
-    assert [r.name for r in Reason] == ["EMPTY", "DISABLED", "NO_DECODE", "DENSE", "BUDGET", "HOLD"]
+    """PrefillGate's rules are the first six members, in order; the rest are the aligned gate's."""
+    rules = ["EMPTY", "DISABLED", "NO_DECODE", "DENSE", "BUDGET", "HOLD"]
+    assert [r.name for r in Reason][:6] == rules
+    assert [r.name for r in Reason][6:] == ["KV_PRESSURE", "STALL"]
+    # each extra member is documented (attribute docstring) as the aligned gate's alone
+    body = ast.parse(inspect.getsource(Reason)).body[0].body  # type: ignore[attr-defined]
+    docs = {
+        a.targets[0].id: d.value.value
+        for a, d in itertools.pairwise(body)
+        if isinstance(a, ast.Assign) and isinstance(d, ast.Expr)
+    }
+    for extra in list(Reason)[6:]:
+        assert docs[extra.name].startswith("Aligned gate only"), extra
+    # PrefillGate can reach every one of its six reasons and nothing else
+    gate = PrefillGate(GateConfig(dense_tokens=10, max_hold_passes=2))
+    off = PrefillGate(GateConfig(dense_tokens=10, enabled=False))
+    seen = {gate.decide(GateInput(w, d)).reason for w in (0, 3, 10) for d in (0, 1) for _ in "ab"}
+    seen.add(off.decide(GateInput(3, 1)).reason)
+    assert [r.name for r in Reason if r in seen] == rules
 
 
 @pytest.mark.parametrize(

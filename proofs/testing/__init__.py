@@ -1,1 +1,80 @@
-"""Conformance kit: check any gate against the proved machine (strategies, check_gate)."""
+"""Conformance kit: check any gate against the proved machine.
+
+``check_gate(factory)`` reports, property by property (P1-P7 and agreement
+with the spec), whether the gates ``factory(GateConfig)`` builds behave like
+the proved machine, with a shrunk run for each violation; ``assert_conforms``
+is the pytest form and ``densegate conform`` the command-line one. The
+strategies that drive it are exported for reuse, and ``densegate.impl.policies``
+holds the reference policies it is usually run against.
+
+Needs Hypothesis and z3. Names load on first use so that ``densegate --help``
+and the other subcommands do not pay for them.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from densegate.testing.conformance import (
+        DEFAULT_MAX_EXAMPLES,
+        PROPERTIES,
+        CheckedGate,
+        ConformanceReport,
+        PassRecord,
+        PropertyResult,
+        Violation,
+        assert_conforms,
+        check_gate,
+    )
+    from densegate.testing.strategies import (
+        GateRun,
+        Observation,
+        Segment,
+        SegmentKind,
+        gate_configs,
+        gate_runs,
+        observation_runs,
+        observations,
+        segments,
+    )
+
+_WHERE = {
+    "densegate.testing.conformance": (
+        "DEFAULT_MAX_EXAMPLES",
+        "PROPERTIES",
+        "CheckedGate",
+        "ConformanceReport",
+        "PassRecord",
+        "PropertyResult",
+        "Violation",
+        "assert_conforms",
+        "check_gate",
+    ),
+    "densegate.testing.strategies": (
+        "GateRun",
+        "Observation",
+        "Segment",
+        "SegmentKind",
+        "gate_configs",
+        "gate_runs",
+        "observation_runs",
+        "observations",
+        "segments",
+    ),
+}
+_MODULE = {name: module for module, names in _WHERE.items() for name in names}
+
+__all__ = sorted(_MODULE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'densegate.testing' has no attribute {name!r}")
+    return getattr(import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

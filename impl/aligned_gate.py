@@ -1,0 +1,347 @@
+"""The aligned gate: one prefill decision per tick, taken identically on every DP rank.
+
+With data-parallel ranks, a prefill on one rank stalls every other rank in the
+step's collectives, so ranks must fire together. The original paired a per-rank
+gate with a cross-rank delayer, each with its own budget (worst-case hold: their
+sum) and a wall clock that differed between ranks. Here every rank contributes a
+fixed-size int vector, one ``all_reduce(SUM)`` combines them, and every rank
+runs the same pure function of the reduced vector, its own (identical) state and
+a tick number that is identical on all ranks. One counter, one budget.
+
+This module is pure: no torch.distributed, no clock, no z3. The collective lives
+with the rank runtime; ``densegate.spec.dp_gate`` specifies this machine and the
+tests keep the two honest against each other.
+
+Vector layout (one int64 slot each; every slot is meaningful under SUM)::
+
+    [RANKS]                  1 from every rank          -> ranks that took part
+    [WAITING_RANKS]          1 if admissible work waits  -> ranks with waiting work
+    [WAITING_TOKENS]         admissible tokens, capped   -> aggregate fill
+                             at dense_tokens
+    [DECODE_SEQS]            sequences decoding now      -> decodes on all ranks
+    [KV_PRESSURE_RANKS]      1 if KV over high watermark -> ranks under KV pressure
+    [PARTIAL_PREFILL_RANKS]  1 if a chunked prefill is   -> ranks prefilling anyway
+                             mid-flight
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import NamedTuple, SupportsIndex
+
+from densegate.impl.gate import Decision, Reason
+
+__all__ = [
+    "DECODE_SEQS",
+    "KV_PRESSURE_RANKS",
+    "PARTIAL_PREFILL_RANKS",
+    "RANKS",
+    "VECTOR_SIZE",
+    "WAITING_RANKS",
+    "WAITING_TOKENS",
+    "AlignedGate",
+    "AlignedGateConfig",
+    "AlignedState",
+    "RankObservation",
+    "ReducedObservation",
+]
+
+RANKS = 0
+WAITING_RANKS = 1
+WAITING_TOKENS = 2
+DECODE_SEQS = 3
+KV_PRESSURE_RANKS = 4
+PARTIAL_PREFILL_RANKS = 5
+VECTOR_SIZE = 6
+"""Length of the per-rank contribution and of the reduced vector."""
+
+_SLOTS = (
+    "ranks",
+    "waiting_ranks",
+    "waiting_tokens",
+    "decode_seqs",
+    "kv_pressure_ranks",
+    "partial_prefill_ranks",
+)
+
+_DECISIONS: dict[Reason, Decision] = {r: Decision(r is not Reason.HOLD, r) for r in Reason}
+
+
+def _check_int(owner: str, field: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{owner}.{field} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{field} must be >= {minimum}, got {value}")
+
+
+def _check_bool(owner: str, field: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{field} must be a bool, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RankObservation:
+    """What one rank knows locally this tick; only its vector leaves the rank.
+
+    ``waiting_tokens`` is what the rank could really admit if the tick fired
+    (token budget, sequence slots, free KV blocks respected); ``to_vector``
+    caps it at ``dense_tokens`` so no rank can make the aggregate look dense
+    on its own. ``decode_seqs`` counts sequences that really decode.
+    """
+
+    waiting_tokens: int
+    decode_seqs: int
+    kv_pressure: bool = False
+    partial_prefill: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("RankObservation", "waiting_tokens", self.waiting_tokens, 0)
+        _check_int("RankObservation", "decode_seqs", self.decode_seqs, 0)
+        _check_bool("RankObservation", "kv_pressure", self.kv_pressure)
+        _check_bool("RankObservation", "partial_prefill", self.partial_prefill)
+
+    def to_vector(self, dense_tokens: int) -> list[int]:
+        """This rank's contribution to the SUM all-reduce (see the module's layout)."""
+        _check_int("RankObservation.to_vector", "dense_tokens", dense_tokens, 1)
+        capped = min(self.waiting_tokens, dense_tokens)
+        return [
+            1,
+            int(capped > 0),
+            capped,
+            self.decode_seqs,
+            int(self.kv_pressure),
+            int(self.partial_prefill),
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class ReducedObservation:
+    """The SUM of every rank's vector: the only input of the decision.
+
+    ``partial_prefill_ranks`` does not change the decision (continuing chunks
+    are not new admissions); the runtime reports it to explain mixed ticks.
+    """
+
+    ranks: int
+    waiting_ranks: int
+    waiting_tokens: int
+    decode_seqs: int
+    kv_pressure_ranks: int = 0
+    partial_prefill_ranks: int = 0
+
+    def __post_init__(self) -> None:
+        for name in _SLOTS:
+            _check_int("ReducedObservation", name, getattr(self, name), 0)
+        _check_int("ReducedObservation", "ranks", self.ranks, 1)
+        for name in ("waiting_ranks", "kv_pressure_ranks", "partial_prefill_ranks"):
+            if getattr(self, name) > self.ranks:
+                raise ValueError(
+                    f"ReducedObservation.{name} must be <= ranks={self.ranks}, "
+                    f"got {getattr(self, name)}"
+                )
+        # Every waiting rank contributes >= 1 token and only waiting ranks contribute.
+        if self.waiting_tokens < self.waiting_ranks or (self.waiting_ranks == 0) != (
+            self.waiting_tokens == 0
+        ):
+            raise ValueError(
+                f"ReducedObservation.waiting_tokens={self.waiting_tokens} is inconsistent "
+                f"with waiting_ranks={self.waiting_ranks}"
+            )
+
+    @classmethod
+    def from_sum(cls, vector: Iterable[SupportsIndex], world_size: int) -> ReducedObservation:
+        """Read the all-reduced vector (e.g. ``tensor.tolist()``); checks every rank took part."""
+        _check_int("ReducedObservation.from_sum", "world_size", world_size, 1)
+        values = list(vector)
+        if len(values) != VECTOR_SIZE:
+            raise ValueError(
+                f"ReducedObservation.from_sum: vector must have {VECTOR_SIZE} slots, "
+                f"got {len(values)}"
+            )
+        ints = []
+        for name, v in zip(_SLOTS, values, strict=True):
+            if isinstance(v, bool):
+                raise ValueError(f"ReducedObservation.{name} must be an int, got {v!r}")
+            try:
+                ints.append(operator.index(v))
+            except TypeError:
+                raise ValueError(f"ReducedObservation.{name} must be an int, got {v!r}") from None
+        if ints[RANKS] != world_size:
+            raise ValueError(
+                f"ReducedObservation.ranks must equal world_size={world_size}, got {ints[RANKS]}"
+            )
+        return cls(*ints)
+
+    def to_vector(self) -> list[int]:
+        return [getattr(self, name) for name in _SLOTS]
+
+
+def _fraction(owner: str, field: str, value: object) -> Fraction:
+    """A fill target as an exact rational: floats are read as the decimal a person wrote."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
+        raise ValueError(f"{owner}.{field} must be a number, got {value!r}")
+    if not (0 < value <= 1):
+        raise ValueError(f"{owner}.{field} must be in (0, 1], got {value!r}")
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+
+@dataclass(frozen=True, slots=True)
+class AlignedGateConfig:
+    """Parameters shared by every rank (they must be identical everywhere).
+
+    ``target_fill`` is the fraction of a full batch per rank (``dense_tokens``)
+    the aggregate must reach to fire DENSE; ``stall_ticks`` (0 = off) fires
+    once the aggregate fill has not grown for that many ticks; the KV valve
+    fires when any rank is over its KV high watermark.
+    """
+
+    dense_tokens: int
+    max_hold_passes: int = 30
+    enabled: bool = True
+    target_fill: float | Fraction = 1.0
+    stall_ticks: int = 0
+    kv_pressure_valve: bool = False
+
+    def __post_init__(self) -> None:
+        owner = "AlignedGateConfig"
+        _check_int(owner, "dense_tokens", self.dense_tokens, 1)
+        _check_int(owner, "max_hold_passes", self.max_hold_passes, 1)
+        _check_bool(owner, "enabled", self.enabled)
+        _fraction(owner, "target_fill", self.target_fill)
+        _check_int(owner, "stall_ticks", self.stall_ticks, 0)
+        _check_bool(owner, "kv_pressure_valve", self.kv_pressure_valve)
+
+    @property
+    def fill_tokens(self) -> int:
+        """Per-rank fill threshold ``ceil(target_fill * dense_tokens)``, in [1, dense_tokens]."""
+        exact = _fraction("AlignedGateConfig", "target_fill", self.target_fill)
+        return math.ceil(exact * self.dense_tokens)
+
+
+class AlignedState(NamedTuple):
+    """Everything the gate remembers; equal on every rank after every tick."""
+
+    hold_passes: int
+    last_fill: int
+    grew_at: int
+
+
+class AlignedGate:
+    """One rank's copy of the aligned gate; every rank's copy decides alike.
+
+    Determinism across ranks rests on three things only: the same config, the
+    same reduced vector and the same tick. Call ``decide`` exactly once per
+    tick on every rank (and ``reset`` on all ranks or none).
+    """
+
+    __slots__ = (
+        "_budget",
+        "_config",
+        "_dense",
+        "_enabled",
+        "_fill_target",
+        "_grew_at",
+        "_h",
+        "_kv_valve",
+        "_last_fill",
+        "_stall",
+        "_world",
+    )
+
+    def __init__(self, config: AlignedGateConfig, world_size: int) -> None:
+        if not isinstance(config, AlignedGateConfig):
+            raise TypeError(f"AlignedGate needs an AlignedGateConfig, got {type(config).__name__}")
+        _check_int("AlignedGate", "world_size", world_size, 1)
+        self._config = config
+        self._world = world_size
+        self._dense = config.dense_tokens
+        self._fill_target = config.fill_tokens * world_size
+        self._budget = config.max_hold_passes
+        self._enabled = config.enabled
+        self._stall = config.stall_ticks
+        self._kv_valve = config.kv_pressure_valve
+        self._h = 0
+        self._last_fill = 0
+        self._grew_at = 0
+
+    @property
+    def config(self) -> AlignedGateConfig:
+        return self._config
+
+    @property
+    def world_size(self) -> int:
+        return self._world
+
+    @property
+    def hold_passes(self) -> int:
+        """Ticks the current waiting episode has been held (0 <= h < max_hold_passes)."""
+        return self._h
+
+    @property
+    def state(self) -> AlignedState:
+        """The whole memory; ranks may compare it to detect divergence."""
+        return AlignedState(self._h, self._last_fill, self._grew_at)
+
+    def reset(self) -> None:
+        """Forget the hold episode and the stall memory (on every rank at once)."""
+        self._h = 0
+        self._last_fill = 0
+        self._grew_at = 0
+
+    def contribution(self, obs: RankObservation) -> list[int]:
+        """This rank's vector for the all-reduce, capped with this gate's ``dense_tokens``."""
+        return obs.to_vector(self._dense)
+
+    def decide(self, reduced: ReducedObservation, tick: int) -> Decision:
+        """Rules in order: EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, STALL, BUDGET, HOLD."""
+        if reduced.ranks != self._world:
+            raise ValueError(
+                f"ReducedObservation.ranks must equal world_size={self._world}, got {reduced.ranks}"
+            )
+        if reduced.waiting_tokens > reduced.waiting_ranks * self._dense:
+            raise ValueError(
+                f"ReducedObservation.waiting_tokens={reduced.waiting_tokens} exceeds "
+                f"waiting_ranks * dense_tokens: some rank did not cap its contribution"
+            )
+        _check_int("AlignedGate.decide", "tick", tick, 0)
+        return self._rules(
+            reduced.waiting_ranks,
+            reduced.waiting_tokens,
+            reduced.decode_seqs,
+            reduced.kv_pressure_ranks,
+            tick,
+        )
+
+    def _rules(
+        self, waiting_ranks: int, fill: int, decodes: int, pressured: int, tick: int
+    ) -> Decision:
+        # Stall memory first: it tracks the fill every tick, whatever is decided.
+        if fill > self._last_fill:
+            self._grew_at = tick
+        self._last_fill = fill
+        if waiting_ranks == 0:
+            reason = Reason.EMPTY
+        elif not self._enabled:
+            reason = Reason.DISABLED
+        elif decodes == 0:
+            reason = Reason.NO_DECODE
+        elif self._kv_valve and pressured > 0:
+            reason = Reason.KV_PRESSURE
+        elif waiting_ranks == self._world and fill >= self._fill_target:
+            reason = Reason.DENSE
+        elif self._stall > 0 and tick - self._grew_at >= self._stall:
+            reason = Reason.STALL
+        elif self._h + 1 >= self._budget:
+            reason = Reason.BUDGET
+        else:
+            self._h += 1
+            return _DECISIONS[Reason.HOLD]
+        self._h = 0
+        return _DECISIONS[reason]
+
+    def __repr__(self) -> str:
+        return f"AlignedGate({self._config!r}, world_size={self._world}, state={self.state})"

@@ -1,0 +1,299 @@
+"""The engine: requests in, tokens out, one scheduler pass per ``step()``.
+
+Inadmissible requests are not errors but outcomes: they end REJECTED with a
+reason that the next ``step()`` reports, so a caller can account for every
+request it submitted. Malformed arguments (wrong types) raise at once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from densegate.impl.batch import KVLayout, NullRunner, Runner
+from densegate.impl.block_manager import blocks_for
+from densegate.impl.request import Request, RequestStatus
+from densegate.impl.scheduler import GatePolicy, Scheduler, SchedulerConfig
+
+__all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
+
+_RUNNERS = ("null", "torch")
+_DTYPES = ("float32", "float64", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class EngineConfig(SchedulerConfig):
+    """Scheduler limits plus which runner executes the passes.
+
+    ``runner="null"`` schedules without computing (a fixed token per step);
+    ``"torch"`` runs the seeded Llama-style model in ``densegate.impl.model``.
+    """
+
+    runner: str = "null"
+    device: str = "cpu"
+    dtype: str = "float32"
+    model: Any = None
+    """A ``densegate.impl.model.ModelConfig`` for the torch runner (None: tiny default)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.runner not in _RUNNERS:
+            raise ValueError(f"EngineConfig.runner must be one of {_RUNNERS}, got {self.runner!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"EngineConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        if not isinstance(self.device, str) or not self.device:
+            raise ValueError(f"EngineConfig.device must be a device string, got {self.device!r}")
+        if self.model is not None and self.runner != "torch":
+            raise ValueError("EngineConfig.model is only used with runner='torch'")
+
+    @property
+    def layout(self) -> KVLayout:
+        return KVLayout(self.block_size, self.num_blocks, self.max_model_len, self.max_num_seqs)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestOutput:
+    """What one ``step()`` says about one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    status: RequestStatus
+    finished: bool
+    """True once the request has ended (finished, aborted or rejected)."""
+    reason: str | None = None
+    output_token_ids: list[int] | None = None
+    """All output tokens, given once the request has ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """Per-request timings in passes (the scheduler's clock) and seconds (wall clock).
+
+    ``ttft_passes`` counts the pass that produced the first token: a request
+    added before pass p and answered in pass p has ``ttft_passes == 1``.
+    """
+
+    request_id: str
+    status: RequestStatus
+    prompt_tokens: int
+    output_tokens: int
+    arrival_pass: int
+    first_token_pass: int | None
+    finish_pass: int | None
+    ttft_passes: int | None
+    ttft_s: float | None
+    tpot_s: float | None
+    preemptions: int
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+class Engine:
+    """Owns a scheduler and a runner; ``step()`` runs one pass."""
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        runner: Runner | None = None,
+        gate: GatePolicy | None = None,
+    ) -> None:
+        self.config = config if config is not None else EngineConfig()
+        if not isinstance(self.config, EngineConfig):
+            raise TypeError(f"Engine needs an EngineConfig, got {type(self.config).__name__}")
+        self.scheduler = Scheduler(self.config, gate)
+        self.runner: Runner = runner if runner is not None else self._make_runner()
+        model_cfg = getattr(self.runner, "config", None)
+        self.vocab_size: int | None = getattr(model_cfg, "vocab_size", None)
+        self._requests: dict[str, Request] = {}
+        self._unreported: list[Request] = []
+        self._live = 0
+        self._next_seq = 0
+        self.scheduler_seconds = 0.0
+        self.runner_seconds = 0.0
+
+    def _make_runner(self) -> Runner:
+        if self.config.runner == "null":
+            return NullRunner()
+        import torch
+
+        from densegate.impl.torch_runner import TorchRunner
+
+        return TorchRunner(
+            self.config.layout,
+            self.config.model,
+            device=self.config.device,
+            dtype=getattr(torch, self.config.dtype),
+        )
+
+    # -- requests ---------------------------------------------------------------------
+    def rejection(self, prompt_token_ids: Sequence[int], max_tokens: int) -> str | None:
+        """Why a request could never be served, or None if it is admissible."""
+        cfg = self.config
+        n = len(prompt_token_ids)
+        if n == 0:
+            return "empty prompt"
+        if max_tokens < 1:
+            return f"max_tokens must be >= 1, got {max_tokens}"
+        if n + max_tokens > cfg.max_model_len:
+            return (
+                f"prompt ({n}) + max_tokens ({max_tokens}) = {n + max_tokens} exceeds "
+                f"max_model_len ({cfg.max_model_len})"
+            )
+        need = blocks_for(n + max_tokens, cfg.block_size)
+        if need > cfg.num_blocks:
+            return f"needs {need} KV blocks, the whole cache has {cfg.num_blocks}"
+        vocab = self.vocab_size
+        for i, t in enumerate(prompt_token_ids):
+            if t < 0 or (vocab is not None and t >= vocab):
+                bound = f"[0, {vocab})" if vocab is not None else ">= 0"
+                return f"token id {t} at position {i} is outside the vocabulary {bound}"
+        return None
+
+    @staticmethod
+    def _check_types(prompt_token_ids: object, max_tokens: object) -> list[int]:
+        if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, Sequence):
+            raise ValueError(f"prompt_token_ids must be a list of ints, got {prompt_token_ids!r}")
+        bad = next((t for t in prompt_token_ids if not _is_int(t)), None)
+        if bad is not None:
+            raise ValueError(f"prompt_token_ids must hold ints, got {bad!r}")
+        if not _is_int(max_tokens):
+            raise ValueError(f"max_tokens must be an int, got {max_tokens!r}")
+        return list(prompt_token_ids)
+
+    def add_request(
+        self, prompt_token_ids: Sequence[int], max_tokens: int, request_id: str | None = None
+    ) -> str:
+        """Queue a request; an inadmissible one ends REJECTED, reported by the next step."""
+        prompt = self._check_types(prompt_token_ids, max_tokens)
+        seq = self._next_seq
+        rid = str(seq) if request_id is None else request_id
+        if not isinstance(rid, str):
+            raise ValueError(f"request_id must be a str, got {rid!r}")
+        if rid in self._requests:
+            raise ValueError(f"request_id {rid!r} is already in use")
+        self._next_seq += 1
+        req = Request(rid, seq, prompt, max_tokens, self.scheduler.pass_index, time.perf_counter())
+        self._requests[rid] = req
+        reason = self.rejection(prompt, max_tokens)
+        if reason is not None:
+            req.status = RequestStatus.REJECTED
+            req.finish_reason = reason
+            req.finish_pass = req.arrival_pass
+            self._unreported.append(req)
+        else:
+            self.scheduler.add(req)
+            self._live += 1
+        return rid
+
+    def abort(self, request_id: str) -> bool:
+        """End a request now; False if it had already ended. Unknown ids raise KeyError."""
+        req = self._requests.get(request_id)
+        if req is None:
+            raise KeyError(f"unknown request_id {request_id!r}")
+        if req.status.ended:
+            return False
+        self.scheduler.abort(req)
+        self._live -= 1
+        self._unreported.append(req)
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self._live > 0 or bool(self._unreported)
+
+    def request(self, request_id: str) -> Request:
+        return self._requests[request_id]
+
+    # -- passes -----------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """One scheduler pass; outputs for every request that got a token or ended."""
+        outputs = [self._output(r, []) for r in self._unreported]
+        self._unreported.clear()
+        if not self.scheduler.has_work():
+            return outputs
+        t0 = time.perf_counter()
+        batch = self.scheduler.schedule()
+        t1 = time.perf_counter()
+        tokens = self.runner.execute(batch) if (batch.prefills or batch.decodes) else ()
+        t2 = time.perf_counter()
+        got = self.scheduler.update(batch, tokens, t2)
+        for r in got:
+            if r.status is RequestStatus.FINISHED:
+                self._live -= 1
+            outputs.append(self._output(r, [r.output_token_ids[-1]]))
+        t3 = time.perf_counter()
+        self.scheduler_seconds += (t1 - t0) + (t3 - t2)
+        self.runner_seconds += t2 - t1
+        return outputs
+
+    @staticmethod
+    def _output(r: Request, new: list[int]) -> RequestOutput:
+        ended = r.status.ended
+        return RequestOutput(
+            r.request_id,
+            new,
+            r.status,
+            ended,
+            r.finish_reason,
+            list(r.output_token_ids) if ended else None,
+        )
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], max_tokens: int | Sequence[int]
+    ) -> list[list[int]]:
+        """Run ``prompts`` to completion; output token ids in prompt order.
+
+        Every prompt is checked first: one that could never be served raises
+        ``ValueError`` naming its index before any work starts.
+        """
+        if isinstance(max_tokens, Sequence):
+            limits = list(max_tokens)
+            if len(limits) != len(prompts):
+                raise ValueError(f"max_tokens has {len(limits)} entries for {len(prompts)} prompts")
+        else:
+            limits = [max_tokens] * len(prompts)
+        checked = [self._check_types(p, m) for p, m in zip(prompts, limits, strict=True)]
+        for i, (p, m) in enumerate(zip(checked, limits, strict=True)):
+            reason = self.rejection(p, m)
+            if reason is not None:
+                raise ValueError(f"prompt {i} cannot be served: {reason}")
+        ids = [self.add_request(p, m) for p, m in zip(checked, limits, strict=True)]
+        reqs = [self._requests[i] for i in ids]
+        pending = set(ids)
+        while pending:
+            for out in self.step():
+                if out.finished:
+                    pending.discard(out.request_id)
+        for r in reqs:
+            if r.status is not RequestStatus.FINISHED:
+                raise RuntimeError(f"request {r.request_id!r} ended {r.status.name}")
+        return [list(r.output_token_ids) for r in reqs]
+
+    # -- metrics ----------------------------------------------------------------------
+    def metrics(self, request_id: str) -> RequestMetrics:
+        r = self._requests[request_id]
+        ttft_p = None if r.first_token_pass is None else r.first_token_pass - r.arrival_pass + 1
+        ttft_s = None if r.first_token_time is None else r.first_token_time - r.arrival_time
+        tpot = None
+        n = len(r.output_token_ids)
+        if r.finish_time is not None and r.first_token_time is not None and n > 1:
+            tpot = (r.finish_time - r.first_token_time) / (n - 1)
+        return RequestMetrics(
+            r.request_id,
+            r.status,
+            len(r.prompt_token_ids),
+            n,
+            r.arrival_pass,
+            r.first_token_pass,
+            r.finish_pass,
+            ttft_p,
+            ttft_s,
+            tpot,
+            r.num_preemptions,
+        )
+
+    def all_metrics(self) -> list[RequestMetrics]:
+        return [self.metrics(rid) for rid in self._requests]

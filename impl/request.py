@@ -1,0 +1,114 @@
+"""A request's life: WAITING -> RUNNING (prefill, maybe chunked) -> decoding -> an end.
+
+Every request ends exactly once, FINISHED, ABORTED or REJECTED, with a reason,
+so an engine can account for each one it was given.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["Request", "RequestStatus"]
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    ABORTED = "aborted"
+    REJECTED = "rejected"
+
+    @property
+    def ended(self) -> bool:
+        return self in _ENDED
+
+
+_ENDED = frozenset({RequestStatus.FINISHED, RequestStatus.ABORTED, RequestStatus.REJECTED})
+
+
+class Request:
+    """Scheduler-side state of one request.
+
+    ``num_computed`` tokens have their KV in ``block_table``. After every sampled
+    token ``num_computed == num_tokens - 1``: the last token is fed by the next
+    decode. A preemption by recompute drops all KV (``num_computed = 0``) and
+    keeps the generated tokens, which are prefilled again with the prompt.
+    """
+
+    __slots__ = (
+        "arrival_pass",
+        "arrival_time",
+        "block_table",
+        "finish_pass",
+        "finish_reason",
+        "finish_time",
+        "first_token_pass",
+        "first_token_time",
+        "max_tokens",
+        "num_computed",
+        "num_preemptions",
+        "output_token_ids",
+        "prompt_token_ids",
+        "request_id",
+        "seq_id",
+        "status",
+        "token_times",
+    )
+
+    def __init__(
+        self,
+        request_id: str,
+        seq_id: int,
+        prompt_token_ids: list[int],
+        max_tokens: int,
+        arrival_pass: int,
+        arrival_time: float,
+    ) -> None:
+        self.request_id = request_id
+        self.seq_id = seq_id
+        self.prompt_token_ids = prompt_token_ids
+        self.max_tokens = max_tokens
+        self.output_token_ids: list[int] = []
+        self.status = RequestStatus.WAITING
+        self.num_computed = 0
+        self.block_table: list[int] = []
+        self.num_preemptions = 0
+        self.arrival_pass = arrival_pass
+        self.arrival_time = arrival_time
+        self.first_token_pass: int | None = None
+        self.first_token_time: float | None = None
+        self.finish_pass: int | None = None
+        self.finish_time: float | None = None
+        self.finish_reason: str | None = None
+        self.token_times: list[float] = []
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def is_decoding(self) -> bool:
+        """Prefill done and a token sampled: the next pass feeds one token."""
+        return bool(self.output_token_ids) and self.num_computed == self.num_tokens - 1
+
+    @property
+    def remaining_prefill(self) -> int:
+        return 0 if self.is_decoding else self.num_tokens - self.num_computed
+
+    def token(self, position: int) -> int:
+        n = len(self.prompt_token_ids)
+        return (
+            self.prompt_token_ids[position] if position < n else self.output_token_ids[position - n]
+        )
+
+    def tokens(self, start: int, stop: int) -> list[int]:
+        n = len(self.prompt_token_ids)
+        if stop <= n:
+            return self.prompt_token_ids[start:stop]
+        return (self.prompt_token_ids + self.output_token_ids)[start:stop]
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, {self.status.name}, prompt={len(self.prompt_token_ids)}, "
+            f"out={len(self.output_token_ids)}/{self.max_tokens}, computed={self.num_computed})"
+        )

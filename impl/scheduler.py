@@ -1,0 +1,407 @@
+"""The scheduler: decode first, then (if the gate fires) prefill, over paged KV blocks.
+
+A pass is planned in full before the gate is asked, so the gate sees exactly
+what the pass would run if it fired (DESIGN.md flaw 3) and exactly the
+sequences that decode (flaw 2):
+
+1. every decoding request gets a slot; when KV is exhausted the most recently
+   admitted running request is preempted by recompute to the queue's front;
+2. partial prefills (chunked, already admitted) get their next chunk;
+3. unless something was preempted, waiting requests are admitted FCFS within
+   the token budget, free sequence slots and free KV blocks, the last one
+   chunked when chunked prefill is on.
+
+The gate decides whether steps 2-3 run at all: a HOLD pass is decode-only, so
+on a GPU it can replay a CUDA graph. Planning costs O(running + admitted), never
+O(queue length).
+
+Because admission is FCFS from the head and preemption takes the newest
+admission, every running request arrived before every waiting one; the spec
+(``densegate.spec.scheduler``) relies on that and the lockstep test checks it.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from densegate.impl.batch import ScheduledBatch, SeqChunk
+from densegate.impl.block_manager import BlockManager
+from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
+from densegate.impl.request import Request, RequestStatus
+
+__all__ = ["GatePolicy", "PassPlan", "PassRecord", "Scheduler", "SchedulerConfig"]
+
+
+def _positive(owner: str, name: str, value: object, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{owner}.{name} must be an int, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling limits and the gate's parameters.
+
+    ``dense_tokens`` defaults to ``max_num_batched_tokens - max_num_seqs``: the
+    prefill room a pass has even when every other sequence slot decodes, so a
+    dense pass is always reachable. ``long_prefill_token_threshold`` caps one
+    request's chunk (default: no cap beyond the pass budget).
+    """
+
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    num_blocks: int = 2048
+    max_model_len: int = 4096
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int | None = None
+    dense_tokens: int | None = None
+    max_hold_passes: int = 30
+    gate_enabled: bool = True
+    pass_log_size: int = 4096
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "block_size",
+            "num_blocks",
+            "max_model_len",
+            "max_hold_passes",
+            "pass_log_size",
+        ):
+            _positive(owner, name, getattr(self, name))
+        for name in ("long_prefill_token_threshold", "dense_tokens"):
+            if getattr(self, name) is not None:
+                _positive(owner, name, getattr(self, name))
+        for name in ("enable_chunked_prefill", "gate_enabled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{owner}.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"{owner}.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs}) so every running sequence can decode"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"{owner}.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_model_len ({self.max_model_len}) when chunked prefill is off, or a long "
+                "request could never be prefilled"
+            )
+        if self.dense_tokens is not None and self.dense_tokens > self.max_num_batched_tokens:
+            raise ValueError(
+                f"{owner}.dense_tokens ({self.dense_tokens}) must be <= max_num_batched_tokens "
+                f"({self.max_num_batched_tokens}), or no pass could ever be dense"
+            )
+
+    @property
+    def dense(self) -> int:
+        if self.dense_tokens is not None:
+            return self.dense_tokens
+        return max(1, self.max_num_batched_tokens - self.max_num_seqs)
+
+    @property
+    def chunk_cap(self) -> int:
+        if not self.enable_chunked_prefill:
+            return self.max_num_batched_tokens
+        return self.long_prefill_token_threshold or self.max_num_batched_tokens
+
+    def gate_config(self) -> GateConfig:
+        return GateConfig(self.dense, self.max_hold_passes, self.gate_enabled)
+
+
+class GatePolicy:
+    """What the scheduler asks each pass: anything with ``decide(GateInput) -> Decision``.
+
+    (A structural protocol; ``PrefillGate`` and the reference policies satisfy it.)
+    """
+
+    def decide(self, inp: GateInput) -> Decision:  # pragma: no cover - protocol
+        raise NotImplementedError
+
+
+@dataclass(slots=True)
+class PassPlan:
+    """A pass planned but not yet committed: what the gate is asked about."""
+
+    index: int
+    decodes: list[Request]
+    partials: list[tuple[Request, int]]
+    admits: list[tuple[Request, int]]
+    preempted: list[Request]
+    prefill_tokens: int
+    """Tokens steps 2-3 would run if the gate fired (uncapped)."""
+    waiting_tokens: int
+    """``prefill_tokens`` capped at ``dense_tokens``: the gate's observation."""
+
+    @property
+    def decode_seqs(self) -> int:
+        return len(self.decodes)
+
+
+@dataclass(frozen=True, slots=True)
+class PassRecord:
+    """One pass, as ``Scheduler.pass_log`` keeps it."""
+
+    index: int
+    fire: bool
+    reason: Reason
+    prefill_tokens: int
+    prefill_seqs: int
+    decode_seqs: int
+    preempted: int
+    waiting: int
+    running: int
+    kv_free_blocks: int
+    waiting_tokens: int
+    """The gate's observation: admissible prefill tokens, capped at dense_tokens."""
+
+    @property
+    def interrupts_decode(self) -> bool:
+        return self.prefill_tokens > 0 and self.decode_seqs > 0
+
+
+@dataclass
+class _Counters:
+    passes: int = 0
+    preemptions: int = 0
+    finished: int = 0
+    aborted: int = 0
+    reasons: collections.Counter[Reason] = field(default_factory=collections.Counter)
+
+
+class Scheduler:
+    """Plans passes, asks the gate, commits; see the module docstring for the order."""
+
+    def __init__(self, config: SchedulerConfig, gate: GatePolicy | None = None) -> None:
+        if not isinstance(config, SchedulerConfig):
+            raise TypeError(f"Scheduler needs a SchedulerConfig, got {type(config).__name__}")
+        self.config = config
+        self.blocks = BlockManager(config.num_blocks, config.block_size)
+        self.gate: GatePolicy = gate if gate is not None else PrefillGate(config.gate_config())
+        self.waiting: collections.deque[Request] = collections.deque()
+        self.running: list[Request] = []
+        self.pass_log: collections.deque[PassRecord] = collections.deque(
+            maxlen=config.pass_log_size
+        )
+        self.counters = _Counters()
+        self._by_seq: dict[int, Request] = {}
+        self._pass = 0
+        self._dense = config.dense
+        self._cap = config.chunk_cap
+        self._chunked = config.enable_chunked_prefill
+
+    # -- queue management -------------------------------------------------------------
+    def add(self, req: Request) -> None:
+        if req.status is not RequestStatus.WAITING:
+            raise ValueError(f"request {req.request_id!r} is {req.status.name}, not WAITING")
+        self._by_seq[req.seq_id] = req
+        self.waiting.append(req)
+
+    def abort(self, req: Request, reason: str = "aborted") -> None:
+        """End ``req`` now, freeing its blocks; a no-op for ended requests."""
+        if req.status is RequestStatus.WAITING:
+            self.waiting.remove(req)
+        elif req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+            self.blocks.free(req.block_table)
+        else:
+            return
+        req.status = RequestStatus.ABORTED
+        req.finish_reason = reason
+        req.finish_pass = self._pass
+        self._by_seq.pop(req.seq_id, None)
+        self.counters.aborted += 1
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def pass_index(self) -> int:
+        """Index the next pass will get."""
+        return self._pass
+
+    # -- one pass ---------------------------------------------------------------------
+    def plan(self) -> PassPlan:
+        """Steps 1-3 of the module docstring; only step 1 (decode slots) mutates state."""
+        cfg = self.config
+        bm = self.blocks
+        running = self.running
+        decodes: list[Request] = []
+        preempted: list[Request] = []
+        i = 0
+        while i < len(running):
+            r = running[i]
+            if not r.is_decoding:
+                i += 1
+                continue
+            while len(r.block_table) * bm.block_size < r.num_tokens and bm.num_free == 0:
+                victim = running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is r:
+                    break
+            if r.status is RequestStatus.RUNNING:
+                bm.allocate(r.block_table, r.num_tokens)
+                decodes.append(r)
+                i += 1
+        budget = cfg.max_num_batched_tokens - len(decodes)
+        cap = self._cap
+        partials: list[tuple[Request, int]] = []
+        planned = 0
+        for r in running:
+            if budget == 0:
+                break
+            left = r.remaining_prefill
+            if left:
+                n = min(left, cap, budget)
+                partials.append((r, n))
+                budget -= n
+                planned += n
+        admits: list[tuple[Request, int]] = []
+        if not preempted:
+            slots = cfg.max_num_seqs - len(running)
+            free = bm.num_free
+            for r in self.waiting:
+                if slots == 0 or budget == 0:
+                    break
+                total = r.num_tokens
+                need = bm.blocks_for(total)
+                if need > free:
+                    break
+                if self._chunked:
+                    n = min(total, cap, budget)
+                elif total > budget:
+                    break
+                else:
+                    n = total
+                admits.append((r, n))
+                budget -= n
+                planned += n
+                free -= need
+                slots -= 1
+        return PassPlan(
+            self._pass,
+            decodes,
+            partials,
+            admits,
+            preempted,
+            planned,
+            min(planned, self._dense),
+        )
+
+    def commit(self, plan: PassPlan, decision: Decision) -> ScheduledBatch:
+        """Run the plan's prefill part only if ``decision`` fires; record the pass."""
+        if plan.index != self._pass:
+            raise ValueError(f"plan is for pass {plan.index}, scheduler is at {self._pass}")
+        batch = ScheduledBatch(self._pass)
+        prefill_tokens = 0
+        if decision.fire:
+            for r, n in plan.partials:
+                batch.prefills.append(self._prefill_chunk(r, n))
+                prefill_tokens += n
+            for r, n in plan.admits:
+                head = self.waiting.popleft()
+                if head is not r:
+                    raise RuntimeError("waiting queue changed between plan and commit")
+                r.status = RequestStatus.RUNNING
+                self.blocks.allocate(r.block_table, r.num_tokens)
+                self.running.append(r)
+                batch.prefills.append(self._prefill_chunk(r, n))
+                prefill_tokens += n
+        for r in plan.decodes:
+            pos = r.num_computed
+            batch.decodes.append(
+                SeqChunk(r.seq_id, (r.token(pos),), pos, r.block_table, False, True)
+            )
+            r.num_computed = pos + 1
+        self.counters.passes += 1
+        self.counters.preemptions += len(plan.preempted)
+        self.counters.reasons[decision.reason] += 1
+        self.pass_log.append(
+            PassRecord(
+                self._pass,
+                decision.fire,
+                decision.reason,
+                prefill_tokens,
+                len(batch.prefills),
+                len(plan.decodes),
+                len(plan.preempted),
+                len(self.waiting),
+                len(self.running),
+                self.blocks.num_free,
+                plan.waiting_tokens,
+            )
+        )
+        self._pass += 1
+        return batch
+
+    def schedule(self) -> ScheduledBatch:
+        """Plan, ask the gate with the plan's honest observation, commit."""
+        plan = self.plan()
+        decision = self.gate.decide(GateInput(plan.waiting_tokens, len(plan.decodes)))
+        return self.commit(plan, decision)
+
+    def update(self, batch: ScheduledBatch, tokens: Iterable[int], now: float) -> list[Request]:
+        """Append the sampled tokens; return the requests that got one, in batch order."""
+        got: list[Request] = []
+        it = iter(tokens)
+        for chunks in (batch.prefills, batch.decodes):
+            for c in chunks:
+                if not c.sample:
+                    continue
+                tok = next(it, None)
+                if tok is None:
+                    raise ValueError(f"runner returned too few tokens for pass {batch.index}")
+                r = self._by_seq[c.seq_id]
+                r.output_token_ids.append(tok)
+                r.token_times.append(now)
+                if r.first_token_pass is None:
+                    r.first_token_pass = batch.index
+                    r.first_token_time = now
+                if len(r.output_token_ids) >= r.max_tokens:
+                    self._finish(r, batch.index, now)
+                got.append(r)
+        if next(it, None) is not None:
+            raise ValueError(f"runner returned too many tokens for pass {batch.index}")
+        return got
+
+    # -- helpers ----------------------------------------------------------------------
+    def _prefill_chunk(self, r: Request, n: int) -> SeqChunk:
+        start = r.num_computed
+        stop = start + n
+        r.num_computed = stop
+        return SeqChunk(
+            r.seq_id, r.tokens(start, stop), start, r.block_table, True, stop == r.num_tokens
+        )
+
+    def _preempt(self, r: Request) -> None:
+        self.running.remove(r)
+        self.blocks.free(r.block_table)
+        r.status = RequestStatus.WAITING
+        r.num_computed = 0
+        r.num_preemptions += 1
+        self.waiting.appendleft(r)
+
+    def _finish(self, r: Request, index: int, now: float) -> None:
+        self.running.remove(r)
+        self.blocks.free(r.block_table)
+        r.status = RequestStatus.FINISHED
+        r.finish_reason = "length"
+        r.finish_pass = index
+        r.finish_time = now
+        self._by_seq.pop(r.seq_id, None)
+        self.counters.finished += 1
+
+    def check_invariants(self) -> None:
+        """Raise if KV blocks leak or the arrival order the spec relies on is broken."""
+        self.blocks.check_conservation(r.block_table for r in self.running)
+        if len(self.running) > self.config.max_num_seqs:
+            raise AssertionError(f"{len(self.running)} running > max_num_seqs")
+        if self.running and self.waiting:
+            if max(r.seq_id for r in self.running) > min(r.seq_id for r in self.waiting):
+                raise AssertionError("a waiting request arrived before a running one")

@@ -1,0 +1,231 @@
+"""Obligations D1-D7 over the aligned gate, for every parameter value and any rank count N.
+
+N is a symbolic parameter (N >= 1, unbounded), so nothing here is checked for
+"2 or 4 ranks": agreement (D1) is proved on the two-rank product, which covers
+every pair of the N ranks at once; refinement (D6) on the product with the
+single-rank gate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import z3
+
+from densegate.proofs.dp_mutants import DP_MUTANTS
+from densegate.proofs.prover import Monitor, Mutant, Obligation, Prop, Step
+from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair, reason, same_reason
+from densegate.spec.machine import Machine, Vars
+
+__all__ = ["DP_OBLIGATIONS"]
+
+_READABLE = {"B": 8, "K": 4, "N": 3, "S": 3}
+
+
+def _readable(p: Vars) -> z3.BoolRef:
+    return z3.And(*[p[k] <= v for k, v in _READABLE.items() if k in p])
+
+
+def _two_budgets_visible(p: Vars) -> z3.BoolRef:
+    """K >= 3 so a composed hold shows one budget spent and the next one started."""
+    return z3.And(_readable(p), p["K"] >= 3)
+
+
+def _true(p: Vars, s: Vars) -> z3.BoolRef:
+    return z3.BoolVal(True)
+
+
+def _bounded(p: Vars, s: Mapping[str, z3.ExprRef], h: str = "h") -> z3.BoolRef:
+    return z3.And(s[h] >= 0, s[h] < p["K"])
+
+
+def _rank(p: Vars, s: Mapping[str, z3.ExprRef]) -> z3.ArithRef:
+    return p["K"] - 1 - s["h"]
+
+
+def _dense(p: Vars, o: Vars) -> z3.BoolRef:
+    """Every rank waits and the aggregate reaches T tokens per rank: stated apart from the
+    machine, so a mutant that changes the machine's test cannot change the property."""
+    return z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
+
+
+# age: consecutive ticks the current waiting episode has been held on every rank.
+# The machine never reads it, so it measures what h only claims to count, and it
+# counts the delayer's holds and the gate's alike.
+_AGE = Monitor(
+    "age",
+    z3.Int,
+    init=lambda p: z3.IntVal(0),
+    update=lambda st: z3.If(st.out["fire"], 0, st.s["age"] + 1),
+)
+
+
+def _d1(st: Step) -> z3.BoolRef:
+    same_out = [st.out[f"{k}1"] == st.out[f"{k}2"] for k in ("fire", "reason")]
+    keys = sorted({k[:-1] for k in st.s2})
+    same_next = [st.s2[f"{k}1"] == st.s2[f"{k}2"] for k in keys]
+    return z3.And(*same_out, *same_next)
+
+
+def _d1_inv(p: Vars, s: Vars) -> z3.BoolRef:
+    keys = sorted({k[:-1] for k in s})
+    return z3.And(*[s[f"{k}1"] == s[f"{k}2"] for k in keys])
+
+
+def _d2(st: Step) -> z3.BoolRef:
+    K = st.p["K"]
+    return z3.And(
+        st.s2["age"] < K,
+        z3.Implies(st.out["reason"] == reason("BUDGET"), st.s["age"] == K - 1),
+    )
+
+
+def _d3(st: Step) -> z3.BoolRef:
+    o = st.o
+    return z3.And(
+        z3.Implies(z3.And(o["W"] > 0, o["D"] == 0), st.out["fire"]),
+        z3.Implies(st.out["reason"] == reason("NO_DECODE"), o["D"] == 0),
+    )
+
+
+def _d4(st: Step) -> z3.BoolRef:
+    one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1
+    holds = [c for c in st.commands if z3.is_false(z3.simplify(c.out["fire"]))]
+    ranked = [
+        z3.Implies(c.guard, z3.And(_rank(st.p, st.s) >= 0, _rank(st.p, c.next) < _rank(st.p, st.s)))
+        for c in holds
+    ]
+    return z3.And(one, *ranked)
+
+
+def _d5(st: Step) -> z3.BoolRef:
+    return z3.Implies(z3.Not(st.p["enabled"]), z3.And(st.out["fire"], st.s2["h"] == 0))
+
+
+def _d6(st: Step) -> z3.BoolRef:
+    return z3.And(
+        st.out["fire"] == st.out["dp_fire"],
+        same_reason(st.out["reason"], st.out["dp_reason"]),
+        st.s2["h"] == st.s2["dp_h"],
+    )
+
+
+def _d7(st: Step) -> z3.BoolRef:
+    p, o = st.p, st.o
+    return z3.And(
+        z3.Implies(st.out["reason"] == reason("DENSE"), _dense(p, o)),
+        z3.Implies(
+            z3.Not(st.out["fire"]),
+            z3.And(p["enabled"], o["W"] > 0, o["D"] > 0, z3.Not(_dense(p, o))),
+        ),
+    )
+
+
+def _wrap(wrap: Callable[[DpMachine], Machine], m: Mutant) -> Mutant:
+    machine = m.machine
+    assert isinstance(machine, DpMachine)
+    return Mutant(m.name, m.description, wrap(machine))
+
+
+def _ob(
+    id: str,
+    statement: str,
+    prop: Prop,
+    invariant: Callable[[Vars, Vars], z3.BoolRef],
+    mutants: Sequence[str],
+    machine: Machine = DP,
+    wrap: Callable[[DpMachine], Machine] | None = None,
+    monitors: Sequence[Monitor] = (),
+    needs_step: bool = True,
+    readable: Callable[[Vars], z3.BoolRef] = _readable,
+) -> Obligation:
+    ms = [DP_MUTANTS[m] for m in mutants]
+    return Obligation(
+        id=id,
+        level="dp",
+        statement=statement,
+        machine=machine,
+        prop=prop,
+        invariant=invariant,
+        mutants=[_wrap(wrap, m) for m in ms] if wrap else ms,
+        monitors=monitors,
+        needs_step=needs_step,
+        readable=readable,
+    )
+
+
+DP_OBLIGATIONS: list[Obligation] = [
+    _ob(
+        "D1",
+        "agreement: any two ranks fed one reduced vector and tick take the same decision "
+        "and keep equal state, whatever their local queues and clocks (so all N ranks do)",
+        _d1,
+        _d1_inv,
+        ["local_dense", "local_tail_escape", "wall_clock_stall", "local_hold_counter"],
+        machine=pair(DP),
+        wrap=pair,
+    ),
+    _ob(
+        "D2",
+        "bounded hold, one budget: every rank's waiting work fires within K ticks (age < K); "
+        "BUDGET only after K-1 held ticks",
+        _d2,
+        lambda p, s: z3.And(_bounded(p, s), s["age"] == s["h"]),
+        [
+            "two_budgets",
+            "budget_off_by_one",
+            "count_while_empty",
+            "hold_not_counted",
+            "growth_resets_budget",
+        ],
+        monitors=[_AGE],
+        readable=_two_budgets_visible,
+    ),
+    _ob(
+        "D3",
+        "global tail escape: W > 0 and no rank decodes (D = 0) => FIRE; NO_DECODE only when D = 0",
+        _d3,
+        _true,
+        ["tail_escape_dropped", "local_tail_escape"],
+    ),
+    _ob(
+        "D4",
+        "no deadlock: exactly one command per state and reduced vector; "
+        "HOLD decreases the rank K-1-h >= 0",
+        _d4,
+        _bounded,
+        ["stall_gap", "kv_overlap", "hold_not_counted", "growth_resets_budget"],
+        needs_step=False,
+    ),
+    _ob(
+        "D5",
+        "legacy equivalence: disabled => every rank FIREs every tick (no delayer either)",
+        _d5,
+        _true,
+        ["disabled_ignored", "delayer_ignores_disabled"],
+    ),
+    _ob(
+        "D6",
+        "refinement: one rank, T = B, stall and KV valves off equals the gate machine "
+        "(P level) step for step: decision, reason, counter",
+        _d6,
+        lambda p, s: s["h"] == s["dp_h"],
+        [
+            "two_budgets",
+            "dense_strict",
+            "stall_zero_not_off",
+            "kv_valve_ignores_flag",
+            "count_while_empty",
+        ],
+        machine=one_rank(DP),
+        wrap=one_rank,
+    ),
+    _ob(
+        "D7",
+        "aligned density: DENSE => every rank waits and F >= T*N; "
+        "HOLD => enabled, W > 0, D > 0 and not dense",
+        _d7,
+        _true,
+        ["dense_any_rank", "dense_unscaled", "dense_strict", "tail_escape_dropped"],
+    ),
+]

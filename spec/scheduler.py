@@ -1,0 +1,280 @@
+"""The scheduler as a Z3 machine: R request slots in arrival order, one pass per step.
+
+Slot ``i`` is the ``i``-th request to arrive. Every running request arrived
+before every waiting one (FCFS admission from the head, preemption of the
+newest admission), so the waiting queue is the waiting slots in index order,
+its head is the lowest waiting index, and "most recently admitted" is the
+highest running index. The implementation checks that order at run time and
+the lockstep test compares it with this machine pass by pass.
+
+One pass, exactly as ``densegate.impl.scheduler`` runs it:
+
+0. aborts end requests (their blocks are freed), then arrivals join the queue;
+1. decodes in slot order, each taking a KV slot; with no free block the
+   highest running slot is preempted by recompute;
+2. partial prefills get their next chunk from the pass budget;
+3. if nothing was preempted, waiting slots are admitted FCFS within budget,
+   sequence slots and free blocks (whole sequence reserved), the last chunked;
+4. the gate (the commands of ``densegate.spec.gate``, reused, not restated)
+   sees ``w = min(planned prefill tokens, B)`` and ``d = decodes``;
+5. a FIRE commits steps 2-3; every scheduled sequence that reaches its end
+   samples a token; a request with ``max_tokens`` outputs finishes.
+
+Request lengths are symbolic parameters; the block size is a Python int per
+instance, which keeps every constraint linear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import z3
+
+from densegate.spec.gate import GATE, GateMachine
+from densegate.spec.machine import Command, Machine, Vars
+
+__all__ = [
+    "ABORTED",
+    "FINISHED",
+    "NOT_ARRIVED",
+    "RUNNING",
+    "WAITING",
+    "PassPlan",
+    "SchedulerMachine",
+]
+
+NOT_ARRIVED, WAITING, RUNNING, FINISHED, ABORTED = range(5)
+
+_PARAMS = ("S", "T", "N", "L", "cap", "B", "K")
+_SLOT_PARAMS = ("P", "M")
+_SLOT_STATE = ("st", "c", "g", "b")
+_OUTS = (
+    "prefill_tokens",
+    "prefill_seqs",
+    "decode_seqs",
+    "preempted",
+    "waiting",
+    "running",
+    "kv_free",
+    "w",
+)
+
+
+def _min(*xs: z3.ArithRef) -> z3.ArithRef:
+    m = xs[0]
+    for x in xs[1:]:
+        m = z3.If(x < m, x, m)
+    return m
+
+
+def _count(bs: Sequence[z3.BoolRef]) -> z3.ArithRef:
+    return z3.Sum([z3.If(b, 1, 0) for b in bs]) if bs else z3.IntVal(0)
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """Steps 0-3 of a pass as Z3 terms: what the gate is asked about, and what follows."""
+
+    st: list[z3.ArithRef]
+    c: list[z3.ArithRef]
+    g: list[z3.ArithRef]
+    b: list[z3.ArithRef]
+    free: z3.ArithRef
+    decoding: list[z3.BoolRef]
+    chunk: list[z3.ArithRef]
+    """Prefill tokens each slot would run if the gate fired (partial or admission)."""
+    admit: list[z3.BoolRef]
+    need: list[z3.ArithRef]
+    preempted: z3.ArithRef
+    planned: z3.ArithRef
+    d: z3.ArithRef
+    w: z3.ArithRef
+
+
+class SchedulerMachine(Machine):
+    """R slots; parameters S (max seqs), T (token budget), N (blocks), L (max len),
+    cap (chunk cap), chunked, B/K/enabled (the gate); P_i, M_i per request."""
+
+    def __init__(self, slots: int, block_size: int, gate: GateMachine = GATE) -> None:
+        if slots < 1 or block_size < 1:
+            raise ValueError(f"need slots >= 1 and block_size >= 1, got {slots}, {block_size}")
+        self.R = slots
+        self.bs = block_size
+        self.gate = gate
+        self.name = f"scheduler[R={slots},bs={block_size}]"
+        self.param_sorts = {k: z3.Int for k in _PARAMS}
+        self.param_sorts.update({"enabled": z3.Bool, "chunked": z3.Bool})
+        self.param_sorts.update({f"{k}{i}": z3.Int for i in range(slots) for k in _SLOT_PARAMS})
+        self.state_sorts = {"h": z3.Int, "free": z3.Int}
+        self.state_sorts.update({f"{k}{i}": z3.Int for i in range(slots) for k in _SLOT_STATE})
+        self.obs_sorts = {f"{k}{i}": z3.Bool for i in range(slots) for k in ("arrive", "abort")}
+        self.out_sorts = {"fire": z3.Bool, "reason": gate.out_sorts["reason"]}
+        self.out_sorts.update({k: z3.Int for k in _OUTS})
+
+    # -- helpers ------------------------------------------------------------------
+    def blocks_for(self, tokens: z3.ArithRef) -> z3.ArithRef:
+        return tokens if self.bs == 1 else (tokens + (self.bs - 1)) / self.bs
+
+    def slot(self, v: Vars, key: str) -> list[z3.ExprRef]:
+        return [v[f"{key}{i}"] for i in range(self.R)]
+
+    # -- the machine ---------------------------------------------------------------
+    def param_ok(self, p: Vars) -> z3.BoolRef:
+        cons = [
+            p["S"] >= 1,
+            p["T"] >= p["S"],
+            p["N"] >= 1,
+            p["L"] >= 2,
+            p["cap"] >= 1,
+            p["B"] >= 1,
+            p["B"] <= p["T"],
+            p["K"] >= 1,
+            z3.Implies(z3.Not(p["chunked"]), z3.And(p["T"] >= p["L"], p["cap"] == p["T"])),
+        ]
+        for P, M in zip(self.slot(p, "P"), self.slot(p, "M"), strict=True):
+            cons += [P >= 1, M >= 1, P + M <= p["L"], self.blocks_for(P + M) <= p["N"]]
+        return z3.And(*cons)
+
+    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
+        cons = [s["h"] == 0, s["free"] == p["N"]]
+        for k in _SLOT_STATE:
+            cons += [x == (NOT_ARRIVED if k == "st" else 0) for x in self.slot(s, k)]
+        return z3.And(*cons)
+
+    def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
+        st, arrive, abort = self.slot(s, "st"), self.slot(o, "arrive"), self.slot(o, "abort")
+        cons = []
+        for i in range(self.R):
+            cons.append(z3.Implies(arrive[i], st[i] == NOT_ARRIVED))
+            if i > 0:
+                cons.append(z3.Implies(arrive[i], z3.Or(st[i - 1] != NOT_ARRIVED, arrive[i - 1])))
+            cons.append(z3.Implies(abort[i], z3.Or(st[i] == WAITING, st[i] == RUNNING)))
+        return z3.And(*cons)
+
+    def plan(self, p: Vars, s: Vars, o: Vars) -> PassPlan:
+        R, bs = self.R, self.bs
+        P, M = self.slot(p, "P"), self.slot(p, "M")
+        st, c, g, b = (self.slot(s, k) for k in _SLOT_STATE)
+        free = s["free"]
+        arrive, abort = self.slot(o, "arrive"), self.slot(o, "abort")
+        # 0. aborts, then arrivals
+        for i in range(R):
+            free = z3.If(abort[i], free + b[i], free)
+            b[i] = z3.If(abort[i], 0, b[i])
+            st[i] = z3.If(abort[i], ABORTED, z3.If(arrive[i], WAITING, st[i]))
+        # 1. decodes in slot order; preempt the highest running slot when KV is out
+        decoding: list[z3.BoolRef] = []
+        preempted: z3.ArithRef = z3.IntVal(0)
+        for i in range(R):
+            dec = z3.And(st[i] == RUNNING, g[i] >= 1, c[i] == P[i] + g[i] - 1)
+            grow = z3.And(dec, b[i] * bs < P[i] + g[i])
+            short = z3.And(grow, free == 0)
+            later_running = z3.BoolVal(False)
+            for j in reversed(range(i, R)):
+                victim = z3.And(short, st[j] == RUNNING, z3.Not(later_running))
+                later_running = z3.Or(later_running, st[j] == RUNNING)
+                free = z3.If(victim, free + b[j], free)
+                st[j] = z3.If(victim, WAITING, st[j])
+                c[j] = z3.If(victim, 0, c[j])
+                b[j] = z3.If(victim, 0, b[j])
+                preempted = preempted + z3.If(victim, 1, 0)
+            dec = z3.And(dec, st[i] == RUNNING)
+            take = z3.And(dec, grow)
+            b[i] = z3.If(take, b[i] + 1, b[i])
+            free = z3.If(take, free - 1, free)
+            decoding.append(dec)
+        d = _count(decoding)
+        # 2. partial prefills from the pass budget
+        budget: z3.ArithRef = p["T"] - d
+        chunk: list[z3.ArithRef] = []
+        for i in range(R):
+            left = P[i] + g[i] - c[i]
+            part = z3.And(st[i] == RUNNING, z3.Not(decoding[i]), left > 0, budget > 0)
+            n = z3.If(part, _min(left, p["cap"], budget), 0)
+            chunk.append(n)
+            budget = budget - n
+        # 3. FCFS admission, unless something was preempted
+        slots = p["S"] - _count([x == RUNNING for x in st])
+        spare = free
+        stopped: z3.BoolRef = preempted > 0
+        admit: list[z3.BoolRef] = []
+        need: list[z3.ArithRef] = []
+        for i in range(R):
+            total = P[i] + g[i]
+            nb = self.blocks_for(total)
+            fits = z3.And(
+                slots > 0,
+                budget > 0,
+                nb <= spare,
+                z3.Or(p["chunked"], total <= budget),
+            )
+            waiting = st[i] == WAITING
+            ok = z3.And(waiting, z3.Not(stopped), fits)
+            stopped = z3.Or(stopped, z3.And(waiting, z3.Not(fits)))
+            n = z3.If(p["chunked"], _min(total, p["cap"], budget), total)
+            chunk[i] = z3.If(ok, n, chunk[i])
+            budget = z3.If(ok, budget - n, budget)
+            spare = z3.If(ok, spare - nb, spare)
+            slots = z3.If(ok, slots - 1, slots)
+            admit.append(ok)
+            need.append(nb)
+        planned = z3.Sum(chunk)
+        return PassPlan(
+            st, c, g, b, free, decoding, chunk, admit, need, preempted, planned, d,
+            _min(planned, p["B"]),
+        )  # fmt: skip
+
+    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
+        plan = self.plan(p, s, o)
+        gp = {"B": p["B"], "K": p["K"], "enabled": p["enabled"]}
+        cmds = []
+        for gc in self.gate.commands(gp, {"h": s["h"]}, {"w": plan.w, "d": plan.d}):
+            fire = gc.out["fire"]
+            cmds.append(
+                Command(gc.name, gc.guard, *self._commit(p, plan, fire, gc.out, gc.next["h"]))
+            )
+        return cmds
+
+    def _commit(
+        self,
+        p: Vars,
+        plan: PassPlan,
+        fire: z3.BoolRef,
+        gate_out: Mapping[str, z3.ExprRef],
+        h_next: z3.ArithRef,
+    ) -> tuple[dict[str, z3.ExprRef], dict[str, z3.ExprRef]]:
+        P, M = self.slot(p, "P"), self.slot(p, "M")
+        st, c, b = list(plan.st), list(plan.c), list(plan.b)
+        g = list(plan.g)
+        free = plan.free
+        nxt: dict[str, z3.ExprRef] = {}
+        for i in range(self.R):
+            run = z3.And(fire, plan.chunk[i] > 0)
+            adm = z3.And(fire, plan.admit[i])
+            st[i] = z3.If(adm, RUNNING, st[i])
+            b[i] = z3.If(adm, plan.need[i], b[i])
+            free = z3.If(adm, free - plan.need[i], free)
+            c[i] = z3.If(run, c[i] + plan.chunk[i], z3.If(plan.decoding[i], c[i] + 1, c[i]))
+        outs: dict[str, z3.ExprRef] = dict(gate_out)
+        outs["prefill_tokens"] = z3.If(fire, plan.planned, 0)
+        outs["prefill_seqs"] = z3.If(fire, _count([n > 0 for n in plan.chunk]), 0)
+        outs["decode_seqs"] = plan.d
+        outs["preempted"] = plan.preempted
+        outs["waiting"] = _count([x == WAITING for x in st])
+        outs["running"] = _count([x == RUNNING for x in st])
+        outs["kv_free"] = free
+        outs["w"] = plan.w
+        for i in range(self.R):
+            scheduled = z3.Or(plan.decoding[i], z3.And(fire, plan.chunk[i] > 0))
+            sample = z3.And(scheduled, c[i] == P[i] + g[i])
+            g[i] = z3.If(sample, g[i] + 1, g[i])
+            done = z3.And(sample, g[i] == M[i])
+            st[i] = z3.If(done, FINISHED, st[i])
+            free = z3.If(done, free + b[i], free)
+            b[i] = z3.If(done, 0, b[i])
+        for k, xs in zip(_SLOT_STATE, (st, c, g, b), strict=True):
+            nxt.update({f"{k}{i}": x for i, x in enumerate(xs)})
+        nxt["free"] = free
+        nxt["h"] = h_next
+        return outs, nxt

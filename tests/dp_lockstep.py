@@ -1,0 +1,161 @@
+"""The aligned-gate lockstep machine: ``AlignedGate`` and the dp spec, tick by tick.
+
+Every tick draws one local observation per rank, builds each rank's vector,
+sums them (the all-reduce), and asks the implementation and the spec's relation
+for the decision; the spec also gets one rank's own summand and a wall clock it
+must ignore. Besides, N replicas of the gate (one per rank) are fed the same
+reduced vector and must never diverge. Importable, so the mutation tests can
+point it at a broken implementation.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any, ClassVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+import densegate.impl.aligned_gate
+from densegate.spec.dp_gate import DP
+from densegate.spec.machine import Machine, evaluate
+
+dense_tokens = st.one_of(st.integers(1, 12), st.integers(13, 4096))
+hold_budgets = st.one_of(st.integers(1, 8), st.integers(9, 40))
+world_sizes = st.one_of(st.just(1), st.integers(2, 4), st.integers(5, 8))
+target_fills = st.one_of(
+    st.just(1.0), st.sampled_from([0.1, 0.25, 0.3, 0.5, 2 / 3, 0.75, 0.9]), st.floats(0.01, 1.0)
+)
+stall_ticks = st.one_of(st.just(0), st.integers(1, 6))
+run_lengths = st.integers(1, 30)
+advances = st.sampled_from([1, 1, 1, 1, 0, 3])
+
+
+class AlignedLockstep(RuleBasedStateMachine):
+    """Drives an aligned-gate implementation and a spec machine with the same vectors."""
+
+    impl: ClassVar[ModuleType] = densegate.impl.aligned_gate
+    """A module with AlignedGate, AlignedGateConfig, RankObservation, ReducedObservation."""
+    spec: ClassVar[Machine] = DP
+    ticks: ClassVar[int] = 0
+
+    @initialize(
+        B=dense_tokens,
+        K=hold_budgets,
+        N=world_sizes,
+        enabled=st.sampled_from([True, True, True, False]),
+        fill=target_fills,
+        S=stall_ticks,
+        kv=st.booleans(),
+    )
+    def setup(self, B: int, K: int, N: int, enabled: bool, fill: float, S: int, kv: bool) -> None:
+        m = self.impl
+        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv)
+        self.gate = m.AlignedGate(self.config, N)
+        self.replicas = [m.AlignedGate(self.config, N) for _ in range(N)]
+        T = self.config.fill_tokens
+        assert 1 <= T <= B
+        self.params = {"B": B, "K": K, "N": N, "T": T, "S": S, "kv": kv, "enabled": enabled}
+        self.state = {"h": 0, "q": 0, "g": 0}
+        self.tick = 0
+        self._strategies()
+
+    # -- one tick ---------------------------------------------------------------------
+    def _tick(self, ranks: list[Any], who: int, clock: int, advance: int = 1) -> None:
+        vectors = [self.gate.contribution(r) for r in ranks]
+        total = [sum(col) for col in zip(*vectors, strict=True)]
+        reduced = self.impl.ReducedObservation.from_sum(total, len(ranks))
+        dec = self.gate.decide(reduced, self.tick)
+        own = vectors[who % len(ranks)]
+        obs = dict(zip(("W", "F", "D", "P", "C"), total[1:], strict=True))
+        obs |= {"t": self.tick, "lw": own[1], "lf": own[2], "ld": own[3], "lp": own[4]}
+        obs["clock"] = clock
+        _, out, nxt = evaluate(self.spec, self.params, self.state, obs)
+        AlignedLockstep.ticks += 1
+        got = (dec.fire, dec.reason.name, tuple(self.gate.state))
+        want = (out["fire"], out["reason"], (nxt["h"], nxt["q"], nxt["g"]))
+        assert got == want, f"tick {self.tick} {obs} state {self.state}: impl {got} != spec {want}"
+        for replica in self.replicas:
+            assert replica.decide(reduced, self.tick) == dec
+            assert replica.state == self.gate.state
+        self.state = nxt
+        self.tick += advance
+
+    def _strategies(self) -> None:
+        """Built once per run: building strategies per draw costs more than the gate."""
+        B, n = self.params["B"], self.params["N"]
+        some = st.one_of(st.just(0), st.integers(1, max(1, B - 1)), st.integers(B, 2 * B + 3))
+        few = st.sampled_from([False, False, False, True])
+
+        def ranks(waiting: st.SearchStrategy[int], decodes: st.SearchStrategy[int]) -> Any:
+            rank = st.tuples(waiting, decodes, few, st.booleans())
+            return st.lists(rank, min_size=n, max_size=n)
+
+        self.any_ranks = ranks(some, st.integers(0, 64))
+        self.trickle_ranks = ranks(st.integers(1, 3), st.integers(1, 8))
+        self.dense_ranks = ranks(st.integers(B, 2 * B), st.integers(1, 8))
+        self.idle_ranks = ranks(st.just(0), st.integers(0, 8))
+        self.stuck_ranks = ranks(some, st.just(0))
+        lopsided = st.one_of(st.just(0), st.integers(B, 2 * B))
+        self.lopsided_ranks = ranks(lopsided, st.integers(0, 8))
+
+    def _draw(self, data: st.DataObject, strategy: Any) -> list[Any]:
+        rows = data.draw(strategy, label="ranks")
+        return [self.impl.RankObservation(*row) for row in rows]
+
+    # -- rules --------------------------------------------------------------------------
+    @rule(data=st.data(), who=st.integers(0, 7), clock=st.integers(0, 10**6), adv=advances)
+    def one_tick(self, data: st.DataObject, who: int, clock: int, adv: int) -> None:
+        self._tick(self._draw(data, self.any_ranks), who, clock, adv)
+
+    @rule(data=st.data(), n=run_lengths, who=st.integers(0, 7))
+    def quiet_run(self, data: st.DataObject, n: int, who: int) -> None:
+        """The same vector again and again: budget and stall valve territory."""
+        ranks = self._draw(data, self.any_ranks)
+        for i in range(n):
+            self._tick(ranks, who, clock=1000 - i)
+
+    @rule(data=st.data(), n=run_lengths, step=st.integers(1, 3))
+    def growing_run(self, data: st.DataObject, n: int, step: int) -> None:
+        """Under-full work that keeps arriving on rank 0: the fill grows until capped."""
+        ranks = self._draw(data, self.trickle_ranks)
+        for i in range(n):
+            grown = self.impl.RankObservation(ranks[0].waiting_tokens + i * step, 4)
+            self._tick([grown, *ranks[1:]], who=i, clock=7 * i)
+
+    @rule(data=st.data(), n=run_lengths)
+    def all_dense(self, data: st.DataObject, n: int) -> None:
+        ranks = self._draw(data, self.dense_ranks)
+        for i in range(n):
+            self._tick(ranks, who=i, clock=i)
+
+    @rule(data=st.data(), n=run_lengths)
+    def lopsided(self, data: st.DataObject, n: int) -> None:
+        """Some ranks have a full batch, others nothing: the mixed tick DENSE must avoid."""
+        ranks = self._draw(data, self.lopsided_ranks)
+        for i in range(n):
+            self._tick(ranks, who=i, clock=3 * i)
+
+    @rule(data=st.data(), n=run_lengths)
+    def nothing_waiting(self, data: st.DataObject, n: int) -> None:
+        ranks = self._draw(data, self.idle_ranks)
+        for i in range(n):
+            self._tick(ranks, who=i, clock=i)
+
+    @rule(data=st.data(), n=run_lengths)
+    def nothing_decoding(self, data: st.DataObject, n: int) -> None:
+        ranks = self._draw(data, self.stuck_ranks)
+        for i in range(n):
+            self._tick(ranks, who=i, clock=i)
+
+    @rule()
+    def reset_everywhere(self) -> None:
+        self.gate.reset()
+        for replica in self.replicas:
+            replica.reset()
+        self.state = {"h": 0, "q": 0, "g": 0}
+
+    @invariant()
+    def counter_bounded(self) -> None:
+        if hasattr(self, "gate"):
+            assert 0 <= self.gate.hold_passes < self.params["K"]

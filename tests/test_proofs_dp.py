@@ -1,0 +1,278 @@
+"""The dp proofs: D1-D7 proved for all parameters and any rank count; every mutant is
+refuted by a trace that is a real run of that mutant and that the implementation,
+replayed on it, does not follow."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+import densegate.proofs.prover as prover
+from densegate.impl.aligned_gate import AlignedGate, AlignedGateConfig, ReducedObservation
+from densegate.impl.gate import GateConfig, GateInput, PrefillGate, Reason
+from densegate.proofs.cli import main
+from densegate.proofs.dp_mutants import DP_MUTANTS
+from densegate.proofs.dp_obligations import DP_OBLIGATIONS
+from densegate.proofs.prover import Mutant, Obligation, ObligationResult, Trace, prove
+from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair
+from densegate.spec.machine import Machine, evaluate
+
+IDS = [f"D{i}" for i in range(1, 8)]
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, ObligationResult]:
+    return {ob.id: prove(ob) for ob in DP_OBLIGATIONS}
+
+
+def _ob(id: str) -> Obligation:
+    return next(o for o in DP_OBLIGATIONS if o.id == id)
+
+
+def test_d_obligations_proved_for_all_parameters_and_any_rank_count(
+    results: dict[str, ObligationResult],
+) -> None:
+    assert sorted(results) == IDS
+    for r in results.values():
+        assert r.status == "proved", (r.id, r.checks)
+        assert r.parametric and r.bound is None, r.id
+        assert [c.status for c in r.checks] == ["unsat"] * 3, r.id
+    # N is a symbolic parameter of every single-rank and two-rank obligation, not a constant
+    for ob in DP_OBLIGATIONS:
+        if ob.id != "D6":
+            assert "N" in ob.machine.param_sorts, ob.id
+
+
+def test_every_obligation_has_refuted_mutants(results: dict[str, ObligationResult]) -> None:
+    for r in results.values():
+        assert r.mutants, r.id
+        for m in r.mutants:
+            assert m.status == "refuted", (r.id, m.name, m.reason)
+            assert m.trace is not None and m.trace.rows
+
+
+def test_every_dp_mutant_is_used() -> None:
+    used = {m.name for ob in DP_OBLIGATIONS for m in ob.mutants}
+    assert used == set(DP_MUTANTS)
+
+
+def test_dp_level_is_fast(results: dict[str, ObligationResult]) -> None:
+    total = sum(r.seconds + sum(m.seconds for m in r.mutants) for r in results.values())
+    assert total < 5.0, total
+
+
+# -- replaying traces ----------------------------------------------------------------------
+
+
+def _replay(
+    machine: Machine, trace: Trace, own_run: bool = True
+) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
+    """Run the trace's observations through ``machine`` from its initial state.
+
+    Every machine here starts with all state zero (its ``init``). With
+    ``own_run`` the trace must be this machine's run: it starts there and each
+    row's state is the previous row's next state.
+    """
+    state = {k: 0 for k in machine.state_sorts}
+    out: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
+    for row in trace.rows:
+        if own_run:
+            assert {k: row[k] for k in state} == state, "trace is not a run from init"
+        obs = {k: row[k] for k in machine.obs_sorts}
+        try:
+            _, o, nxt = evaluate(machine, trace.params, state, obs)
+        except ValueError:  # no command or several: the mutant has no single answer
+            out.append(None)
+            break
+        out.append((o, nxt))
+        state = nxt
+    return out
+
+
+def _mutant_machines(ob: Obligation) -> dict[str, Machine]:
+    return {m.name: m.machine for m in ob.mutants}
+
+
+def test_mutant_traces_are_real_runs_of_the_mutant(results: dict[str, ObligationResult]) -> None:
+    for ob in DP_OBLIGATIONS:
+        machines = _mutant_machines(ob)
+        for m in results[ob.id].mutants:
+            assert m.trace is not None
+            replay = _replay(machines[m.name], m.trace)
+            for row, got in zip(m.trace.rows, replay, strict=False):
+                if got is None or any(row.get(k) is None for k in got[0]):
+                    continue
+                o, nxt = got
+                assert {k: row[k] for k in o} == o, (ob.id, m.name, row)
+                assert {k: row[f"next_{k}"] for k in nxt} == nxt, (ob.id, m.name, row)
+
+
+def _aligned(params: dict[str, Any]) -> AlignedGate:
+    cfg = AlignedGateConfig(
+        dense_tokens=params["B"],
+        max_hold_passes=params["K"],
+        enabled=params["enabled"],
+        target_fill=Fraction(params["T"], params["B"]),
+        stall_ticks=params["S"],
+        kv_pressure_valve=params["kv"],
+    )
+    assert cfg.fill_tokens == params["T"]
+    return AlignedGate(cfg, params["N"])
+
+
+def _impl_run(params: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """AlignedGate on the trace's reduced vectors: (reason, whole state) per tick."""
+    gate = _aligned(params)
+    out = []
+    for row in rows:
+        vec = [params["N"], row["W"], row["F"], row["D"], row["P"], row["C"]]
+        dec = gate.decide(ReducedObservation.from_sum(vec, params["N"]), row["t"])
+        out.append((dec.reason.name, tuple(gate.state)))
+    return out
+
+
+def _h(run: list[tuple[str, Any]]) -> list[tuple[str, int]]:
+    return [(reason, state[0]) for reason, state in run]
+
+
+def test_mutant_traces_separate_mutant_from_implementation(
+    results: dict[str, ObligationResult],
+) -> None:
+    """Replayed on AlignedGate (and PrefillGate for D6), every refuting trace makes the
+    implementation and the mutant disagree, while the spec agrees with the implementation."""
+    for ob in DP_OBLIGATIONS:
+        machines = _mutant_machines(ob)
+        for m in results[ob.id].mutants:
+            assert m.trace is not None
+            p, rows = m.trace.params, m.trace.rows
+            mutant = _replay(machines[m.name], m.trace)
+            n = len(mutant)
+            if ob.id == "D6":  # the one-rank product: PrefillGate and AlignedGate(N=1)
+                single = PrefillGate(GateConfig(p["B"], p["K"], p["enabled"]))
+                wide = {**p, "N": 1, "T": p["B"], "S": 0, "kv": False}
+                aligned = [
+                    {"W": int(r["w"] > 0), "F": min(r["w"], p["B"]), "D": r["d"], **r}
+                    for r in rows[:n]
+                ]
+                impl = _h(_impl_run(wide, aligned))
+                for r, (reason, h) in zip(rows[:n], impl, strict=True):
+                    dec = single.decide(GateInput(r["w"], r["d"]))
+                    assert (dec.reason.name, single.hold_passes) == (reason, h)
+                want = [(o["dp_reason"], nxt["dp_h"]) if o else None for o, nxt in _pairs(mutant)]
+            elif ob.id == "D1":  # two ranks: the implementation is one answer for both
+                impl = _impl_run(p, rows[:n])
+                copies = [
+                    [
+                        (o[f"reason{i}"], (nxt[f"h{i}"], nxt[f"q{i}"], nxt[f"g{i}"])) if o else None
+                        for o, nxt in _pairs(mutant)
+                    ]
+                    for i in (1, 2)
+                ]
+                assert impl != copies[0] or impl != copies[1], (ob.id, m.name)
+                assert copies[0] != copies[1], (ob.id, m.name)
+                continue
+            else:
+                impl = _h(_impl_run(p, rows[:n]))
+                want = [(o["reason"], nxt["h"]) if o else None for o, nxt in _pairs(mutant)]
+                spec = [
+                    (o["reason"], nxt["h"])
+                    for o, nxt in _pairs(_replay(DP, m.trace, own_run=False))
+                ]
+                assert spec[:n] == impl, (ob.id, m.name)
+            assert impl != want, (ob.id, m.name)
+
+
+def _pairs(
+    replay: list[tuple[dict[str, Any], dict[str, Any]] | None],
+) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    return [(got[0], got[1]) if got else ({}, {}) for got in replay]
+
+
+# -- the original's two budgets, concretely ---------------------------------------------
+
+
+def test_two_budgets_hold_their_sum_the_aligned_gate_one_budget() -> None:
+    """Flaw 4 with the original's K = 30: the composed mutant holds 2K - 2 = 58 ticks in a
+    row; the aligned gate (spec and implementation) holds K - 1 = 29, then BUDGET."""
+    K, B, N = 30, 100, 2
+    params = {"B": B, "K": K, "N": N, "T": B, "S": 0, "kv": False, "enabled": True}
+    obs = {"W": 2, "F": 10, "D": 4, "P": 0, "C": 0, "lw": 1, "lf": 5, "ld": 2, "lp": 0}
+
+    def holds(machine: DpMachine) -> int:
+        state = {k: 0 for k in machine.state_sorts}
+        for tick in range(4 * K):
+            _, out, state = evaluate(machine, params, state, obs | {"t": tick, "clock": tick})
+            if out["fire"]:
+                assert out["reason"] == "BUDGET"
+                return tick
+        raise AssertionError("never fired")
+
+    two = DP_MUTANTS["two_budgets"].machine
+    assert isinstance(two, DpMachine)
+    assert holds(two) == 2 * K - 2
+    assert holds(DP) == K - 1
+    gate = AlignedGate(AlignedGateConfig(B, K), N)
+    reduced = ReducedObservation(N, 2, 10, 4)
+    reasons = [gate.decide(reduced, t).reason for t in range(K)]
+    assert reasons == [Reason.HOLD] * (K - 1) + [Reason.BUDGET]
+
+
+def test_two_budgets_trace_shows_one_budget_spent_and_another_started(
+    results: dict[str, ObligationResult],
+) -> None:
+    (m,) = [m for m in results["D2"].mutants if m.name == "two_budgets"]
+    assert m.trace is not None
+    K, rows = m.trace.params["K"], m.trace.rows
+    assert K >= 3 and len(rows) == K  # K held ticks: one more than the budget allows
+    assert all(r["fire"] is False for r in rows)
+    assert rows[-1]["next_age"] == K
+    assert max(r["next_x"] for r in rows) == K - 1  # the delayer's budget ran out ...
+    assert rows[-1]["next_h"] >= 1  # ... and the gate started counting its own
+
+
+# -- the prover on the dp level ------------------------------------------------------------
+
+
+def test_resource_out_is_unknown_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prover, "RLIMIT", 1)
+    r = prove(_ob("D1"))
+    assert r.status == "unknown" and not r.ok
+
+
+def test_leaky_spec_fails_agreement_with_counterexample() -> None:
+    leaky = DP_MUTANTS["local_dense"].machine
+    assert isinstance(leaky, DpMachine)
+    r = prove(dataclasses.replace(_ob("D1"), machine=pair(leaky)))
+    assert r.status == "failed" and not r.ok
+    assert r.trace is not None
+    last = r.trace.rows[-1]
+    assert (last["fire1"], last["reason1"]) != (last["fire2"], last["reason2"])
+
+
+def test_wrong_refinement_fails_with_counterexample() -> None:
+    strict = DP_MUTANTS["dense_strict"].machine
+    assert isinstance(strict, DpMachine)
+    r = prove(dataclasses.replace(_ob("D6"), machine=one_rank(strict)))
+    assert r.status == "failed" and r.trace is not None
+    assert r.trace.rows[-1]["reason"] != r.trace.rows[-1]["dp_reason"]
+
+
+def test_surviving_mutant_fails_the_run() -> None:
+    harmless = Mutant("identity", "the spec itself", pair(DP))
+    r = prove(dataclasses.replace(_ob("D1"), mutants=[harmless]))
+    assert r.status == "proved" and r.mutants[0].status == "survived" and not r.ok
+
+
+def test_cli_json_for_the_dp_level(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "--json", "--level", "dp"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [o["id"] for o in doc["obligations"]] == IDS
+    for o in doc["obligations"]:
+        assert o["level"] == "dp" and o["status"] == "proved"
+        assert o["parametric"] is True and o["bound"] is None
+        for m in o["mutants"]:
+            assert m["status"] == "refuted" and m["trace"]
