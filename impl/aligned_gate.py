@@ -12,7 +12,8 @@ This module is pure: no torch.distributed, no clock, no z3. The collective lives
 with the rank runtime; ``densegate.spec.dp_gate`` specifies this machine and the
 tests keep the two honest against each other.
 
-Vector layout (one int64 slot each; every slot is meaningful under SUM)::
+Vector layout (one int64 slot each; every slot is meaningful under SUM; an idle
+rank still contributes ``[1, 0, 0, 0, 0, 0]``, so a missing rank is detected)::
 
     [RANKS]                  1 from every rank          -> ranks that took part
     [WAITING_RANKS]          1 if admissible work waits  -> ranks with waiting work
@@ -194,9 +195,12 @@ class AlignedGateConfig:
     """Parameters shared by every rank (they must be identical everywhere).
 
     ``target_fill`` is the fraction of a full batch per rank (``dense_tokens``)
-    the aggregate must reach to fire DENSE; ``stall_ticks`` (0 = off) fires
-    once the aggregate fill has not grown for that many ticks; the KV valve
-    fires when any rank is over its KV high watermark.
+    the aggregate must reach to fire DENSE (1.0: every rank has a full batch).
+    ``stall_ticks`` (0 = off) fires once the aggregate fill has not grown for
+    that many ticks: holding longer cannot make the batch denser. The KV valve
+    fires while any rank is over its KV high watermark: there holding only lets
+    decodes grow into the blocks the waiting work needs. With the defaults and
+    one rank the gate is exactly ``PrefillGate``.
     """
 
     dense_tokens: int

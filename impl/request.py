@@ -109,6 +109,7 @@ class Request:
 
     def __repr__(self) -> str:
         return (
-            f"Request({self.request_id!r}, {self.status.name}, prompt={len(self.prompt_token_ids)}, "
-            f"out={len(self.output_token_ids)}/{self.max_tokens}, computed={self.num_computed})"
+            f"Request({self.request_id!r}, {self.status.name}, "
+            f"prompt={len(self.prompt_token_ids)}, out={len(self.output_token_ids)}/"
+            f"{self.max_tokens}, computed={self.num_computed})"
         )

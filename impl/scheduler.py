@@ -402,6 +402,6 @@ class Scheduler:
         self.blocks.check_conservation(r.block_table for r in self.running)
         if len(self.running) > self.config.max_num_seqs:
             raise AssertionError(f"{len(self.running)} running > max_num_seqs")
-        if self.running and self.waiting:
-            if max(r.seq_id for r in self.running) > min(r.seq_id for r in self.waiting):
-                raise AssertionError("a waiting request arrived before a running one")
+        order = [r.seq_id for r in self.running] + [r.seq_id for r in self.waiting]
+        if order != sorted(order):
+            raise AssertionError(f"running + waiting not in arrival order: {order}")

@@ -156,6 +156,28 @@ class DpMachine(Machine):
         ]
         return z3.And(*reduced, *local)
 
+    def two_ranks_ok(self, p: Vars, o1: Vars, o2: Vars) -> z3.BoolRef:
+        """Two local views of one reduced vector: the same rank (N = 1), or two different
+        ranks whose summands fit in it beside N - 2 others (so a two-rank trace is real)."""
+        B, N = p["B"], p["N"]
+        rW = o1["W"] - o1["lw"] - o2["lw"]
+        rF = o1["F"] - o1["lf"] - o2["lf"]
+        rD = o1["D"] - o1["ld"] - o2["ld"]
+        rP = o1["P"] - o1["lp"] - o2["lp"]
+        same = z3.And(N == 1, *[o1[k] == o2[k] for k in LOCAL])
+        distinct = z3.And(
+            N >= 2,
+            rW >= 0,
+            rW <= N - 2,
+            rF >= rW,
+            rF <= rW * B,
+            rD >= 0,
+            z3.Implies(N == 2, rD == 0),
+            rP >= 0,
+            rP <= N - 2,
+        )
+        return z3.Or(same, distinct)
+
     def memory(self, p: Vars, s: Vars, o: Vars) -> dict[str, z3.ExprRef]:
         """Next stall memory: updated every tick, whatever the decision."""
         return {"q": o["F"], "g": z3.If(o["F"] > s["q"], o["t"], s["g"])}
@@ -238,7 +260,12 @@ class _Pair(Machine):
         return z3.And(*[self.base.init(p, st) for st in self._states(s)])
 
     def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
-        return z3.And(*[self.base.obs_ok(p, st, ob) for st, ob in self._views(s, o)])
+        (s1, o1), (s2, o2) = self._views(s, o)
+        return z3.And(
+            self.base.obs_ok(p, s1, o1),
+            self.base.obs_ok(p, s2, o2),
+            self.base.two_ranks_ok(p, o1, o2),
+        )
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         (s1, o1), (s2, o2) = self._views(s, o)

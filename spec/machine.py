@@ -18,7 +18,7 @@ from typing import Any
 
 import z3
 
-__all__ = ["Command", "Frame", "Machine", "Sort", "Vars", "Program", "evaluate"]
+__all__ = ["Command", "Frame", "Machine", "Program", "Sort", "Vars", "evaluate"]
 
 Vars = dict[str, z3.ExprRef]
 """Named Z3 terms: one frame's parameters, state, observation or outputs."""

@@ -132,8 +132,9 @@ class SchedulerMachine(Machine):
             p["K"] >= 1,
             z3.Implies(z3.Not(p["chunked"]), z3.And(p["T"] >= p["L"], p["cap"] == p["T"])),
         ]
-        for P, M in zip(self.slot(p, "P"), self.slot(p, "M"), strict=True):
-            cons += [P >= 1, M >= 1, P + M <= p["L"], self.blocks_for(P + M) <= p["N"]]
+        for plen, most in zip(self.slot(p, "P"), self.slot(p, "M"), strict=True):
+            cons += [plen >= 1, most >= 1, plen + most <= p["L"]]
+            cons.append(self.blocks_for(plen + most) <= p["N"])
         return z3.And(*cons)
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
@@ -154,7 +155,7 @@ class SchedulerMachine(Machine):
 
     def plan(self, p: Vars, s: Vars, o: Vars) -> PassPlan:
         R, bs = self.R, self.bs
-        P, M = self.slot(p, "P"), self.slot(p, "M")
+        P = self.slot(p, "P")
         st, c, g, b = (self.slot(s, k) for k in _SLOT_STATE)
         free = s["free"]
         arrive, abort = self.slot(o, "arrive"), self.slot(o, "abort")
