@@ -30,7 +30,7 @@ __all__ = [
     "RawGatePolicy",
 ]
 
-_FIRE = {r: Decision(True, r) for r in Reason if r is not Reason.HOLD}
+_FIRE: dict[Reason, Decision] = {r: Decision(True, r) for r in Reason if r is not Reason.HOLD}
 _HOLD = Decision(False, Reason.HOLD)
 
 

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
         PROPERTIES,
         CheckedGate,
         ConformanceReport,
+        GateFactory,
         PassRecord,
+        Property,
         PropertyResult,
         Violation,
         assert_conforms,
@@ -46,7 +48,9 @@ _WHERE = {
         "PROPERTIES",
         "CheckedGate",
         "ConformanceReport",
+        "GateFactory",
         "PassRecord",
+        "Property",
         "PropertyResult",
         "Violation",
         "assert_conforms",
@@ -66,7 +70,29 @@ _WHERE = {
 }
 _MODULE = {name: module for module, names in _WHERE.items() for name in names}
 
-__all__ = sorted(_MODULE)
+__all__ = [
+    "DEFAULT_MAX_EXAMPLES",
+    "PROPERTIES",
+    "CheckedGate",
+    "ConformanceReport",
+    "GateFactory",
+    "GateRun",
+    "Observation",
+    "PassRecord",
+    "Property",
+    "PropertyResult",
+    "Segment",
+    "SegmentKind",
+    "Violation",
+    "assert_conforms",
+    "check_gate",
+    "gate_configs",
+    "gate_runs",
+    "observation_runs",
+    "observations",
+    "segments",
+]
+assert sorted(__all__) == sorted(_MODULE)
 
 
 def __getattr__(name: str) -> Any:

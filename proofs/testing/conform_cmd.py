@@ -130,5 +130,5 @@ def main(args: argparse.Namespace) -> int:
     for r in reports:
         for res in r.results:
             if res.violation is not None:
-                print(f"\n[{r.target}] " + "\n".join(format_violation(res.property, res.violation)))
+                print(f"\n[{r.target}] " + "\n".join(format_violation(res.prop, res.violation)))
     return 0 if ok else 1

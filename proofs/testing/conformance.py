@@ -2,10 +2,10 @@
 
 ``check_gate(factory)`` builds gates with ``factory(GateConfig)``, drives them
 with generated runs of observations, and judges the observed behaviour against
-each of P1-P7 separately and against the spec's relation (agreement). For each
-property Hypothesis searches for a run that breaks it and shrinks that run on
-its own, so every violated property comes with its own minimal run, printed
-pass by pass.
+each of P1-P7 separately and against the spec's relation (agreement). A survey
+of generated runs finds which properties break; then, for each broken one, a
+Hypothesis search of its own finds and shrinks a run that breaks it, so every
+violated property comes with its own minimal run, printed pass by pass.
 
 "Held" means no run among those generated broke the property: evidence, not a
 proof. The proofs are about the spec; this kit is how an engine's own gate is
@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-from densegate.impl.gate import Decision, GateConfig, Reason
+from densegate.impl.gate import Decision, GateConfig, GateInput, Reason
 from densegate.spec.gate import GATE
 from densegate.spec.machine import evaluate
 from densegate.testing.strategies import GateRun, Observation, gate_runs
@@ -39,7 +39,9 @@ __all__ = [
     "PROPERTIES",
     "CheckedGate",
     "ConformanceReport",
+    "GateFactory",
     "PassRecord",
+    "Property",
     "PropertyResult",
     "Violation",
     "assert_conforms",
@@ -47,7 +49,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_EXAMPLES = 200
-"""Runs generated per property; every search shares one cache, so held ones are cheap."""
+"""Runs in the survey, and the most any violated property's own search replays."""
 
 
 class CheckedGate(Protocol):
@@ -56,14 +58,17 @@ class CheckedGate(Protocol):
     @property
     def hold_passes(self) -> int: ...
 
-    def decide(self, inp: Any) -> Decision: ...
+    def decide(self, inp: GateInput) -> Decision: ...
 
 
-GateFactory = Callable[[GateConfig], Any]
+GateFactory = Callable[[GateConfig], CheckedGate]
+"""Builds a fresh gate, in its initial state, for a config: a class or a function."""
 
 
 @dataclass(frozen=True)
 class Property:
+    """One line of the report: an id from DESIGN.md (or ``agreement``) and what it demands."""
+
     id: str
     title: str
     statement: str
@@ -98,8 +103,6 @@ PROPERTIES: tuple[Property, ...] = (
 )
 """What ``check_gate`` judges, in report order; ``agreement`` is the lockstep with the spec."""
 
-_IDS = tuple(p.id for p in PROPERTIES)
-
 
 @dataclass(frozen=True)
 class PassRecord:
@@ -127,12 +130,14 @@ class Violation:
 
 @dataclass(frozen=True)
 class PropertyResult:
-    property: Property
+    """One property's verdict: held, or violated with its own shrunk run."""
+
+    prop: Property
     violation: Violation | None
 
     @property
     def id(self) -> str:
-        return self.property.id
+        return self.prop.id
 
     @property
     def held(self) -> bool:
@@ -174,12 +179,12 @@ class ConformanceReport:
         ]
         width = max(len(p.label) for p in PROPERTIES)
         for r in self.results:
-            lines.append(f"  {r.property.label:<{width}}  {'held' if r.held else 'VIOLATED'}")
+            lines.append(f"  {r.prop.label:<{width}}  {'held' if r.held else 'VIOLATED'}")
         verdict = "conforms" if self.conforms else f"VIOLATES {', '.join(self.violated)}"
         lines.append(f"{self.target}: {verdict}")
         for r in self.results:
             if r.violation is not None:
-                lines += ["", *format_violation(r.property, r.violation)]
+                lines += ["", *format_violation(r.prop, r.violation)]
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -196,8 +201,8 @@ class ConformanceReport:
             "properties": [
                 {
                     "id": r.id,
-                    "title": r.property.title,
-                    "statement": r.property.statement,
+                    "title": r.prop.title,
+                    "statement": r.prop.statement,
                     "status": "held" if r.held else "violated",
                     "counterexample": None if r.violation is None else _violation_json(r.violation),
                 }
@@ -262,7 +267,8 @@ class _Driver:
         params = {"B": B, "K": K, "enabled": enabled}
         try:
             a, b = self.factory(cfg), self.factory(cfg)
-            h, h_twin = a.hold_passes, b.hold_passes
+            h: object = a.hold_passes  # whatever it is: P1 judges it
+            h_twin: object = b.hold_passes
         except Exception as e:
             out.flag("P7", -1, f"building the gate raised {_exc(e)}")
             return out
@@ -289,6 +295,7 @@ class _Driver:
                 out.flag("P7", i, f"decide {bad}, not a Decision whose fire matches its reason")
                 break
             out.records.append(PassRecord(obs, h, dec, h_next, spec))
+            twin: tuple[object, object]
             try:
                 twin = self._step(b, obs)
             except Exception as e:
@@ -312,7 +319,7 @@ class _Driver:
             if not fire and not (enabled and d > 0 and 0 < w < B):
                 out.flag("P6", i, "HOLD without enabled, d > 0 and 0 < w < B")
             if not fire and not (
-                isinstance(h, int) and isinstance(h_next, int) and 0 <= K - 1 - h and h_next > h
+                isinstance(h, int) and isinstance(h_next, int) and K - 1 - h >= 0 and h_next > h
             ):
                 out.flag("P7", i, f"HOLD took h {h!r} -> {h_next!r}: rank K-1-h did not decrease")
             if (fire, why.name, h_next) != spec:
@@ -425,7 +432,7 @@ def check_gate(
 
 
 def _trim(driver: _Driver, run: GateRun, pid: str) -> GateRun:
-    """Delete passes Hypothesis kept, in blocks of halving powers of two, while ``pid`` stays broken.
+    """Delete passes, in blocks of halving powers of two, while ``pid`` stays broken.
 
     Hypothesis shrinks the segments a run is drawn from; a pass-level sweep
     afterwards removes stretches it could not, so printed runs stay short.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
@@ -76,6 +76,9 @@ class SegmentKind(enum.Enum):
     """w >= B with decodes running: must fire at once."""
     NO_DECODE = "no_decode"
     """Something waits and nothing decodes: must fire (tail escape)."""
+    INTERRUPTED = "interrupted"
+    """Under-full passes with one dense, idle or no-decode pass amid them: a
+    waiting episode cut by a fire, where counters that keep or lose count show."""
     ANY = "any"
     """Unconstrained w and d, for whatever the named kinds miss."""
 
@@ -88,7 +91,7 @@ class Segment:
     length: int
     level: int
     """Picks w, 0 the boundary: under-full B-1 - level mod (B-1); dense B + level;
-    no-decode 1 + level; any level."""
+    no-decode 1 + level; any level. Interrupted: the cutting pass's kind."""
     decode: int
     """Picks d: 1 + decode where decodes must run, 0 for no-decode, else decode."""
     parked: int
@@ -99,6 +102,15 @@ class Segment:
     def expand(self, config: GateConfig) -> tuple[Observation, ...]:
         B, kind, level = config.dense_tokens, self.kind, self.level
         d = 1 + self.decode
+        if kind is SegmentKind.INTERRUPTED:
+            cut = (SegmentKind.DENSE, SegmentKind.IDLE, SegmentKind.NO_DECODE)[level % 3]
+            under = replace(self, kind=SegmentKind.UNDER_FULL, length=1, level=0)
+            before = self.length // 2
+            return (
+                under.expand(config) * before
+                + replace(self, kind=cut, length=1, level=0).expand(config)
+                + under.expand(config) * (self.length - before)
+            )
         if kind is SegmentKind.UNDER_FULL:
             w = B - 1 - level % (B - 1) if B > 1 else 0
         elif kind is SegmentKind.IDLE:
@@ -137,7 +149,7 @@ def hold_budgets() -> st.SearchStrategy[int]:
 
 
 def decode_counts() -> st.SearchStrategy[int]:
-    return st.one_of(st.integers(0, 4), st.integers(0, 512))
+    return st.integers(0, 512)
 
 
 def gate_configs(*, enabled: bool | None = None) -> st.SearchStrategy[GateConfig]:
@@ -159,8 +171,8 @@ def segments() -> st.SearchStrategy[Segment]:
         length=st.one_of(st.integers(1, 3), st.integers(1, MAX_SEGMENT)),
         level=small_or_any,
         decode=decode_counts(),
-        parked=st.one_of(st.just(0), st.integers(0, 64)),
-        blocked=st.one_of(st.just(0), small_or_any),
+        parked=st.one_of(st.just(0), st.integers(1, 64)),
+        blocked=st.one_of(st.just(0), st.integers(1, 5000)),
     )
 
 
@@ -171,7 +183,7 @@ def _expand(config: GateConfig, segs: list[Segment]) -> tuple[Observation, ...]:
 def observation_runs(
     config: GateConfig, *, max_segments: int = 20
 ) -> st.SearchStrategy[tuple[Observation, ...]]:
-    """Passes for one config: long empty stretches, dense bursts, no-decode passes, under-full runs."""
+    """Passes for one config: empty stretches, dense bursts, no-decode and under-full runs."""
     return st.lists(segments(), max_size=max_segments).map(lambda segs: _expand(config, segs))
 
 
