@@ -44,6 +44,7 @@ class Request:
         "finish_time",
         "first_token_pass",
         "first_token_time",
+        "head_pass",
         "max_tokens",
         "num_computed",
         "num_preemptions",
@@ -76,6 +77,8 @@ class Request:
         self.arrival_pass = arrival_pass
         self.arrival_time = arrival_time
         self.first_token_pass: int | None = None
+        self.head_pass: int | None = None
+        """Pass at which it last became the head of the queue (for the TTFT bound)."""
         self.first_token_time: float | None = None
         self.finish_pass: int | None = None
         self.finish_time: float | None = None

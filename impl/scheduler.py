@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from densegate.impl.batch import ScheduledBatch, SeqChunk
 from densegate.impl.block_manager import BlockManager
 from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
+from densegate.impl.policies import GatePolicy, RawCounts
 from densegate.impl.request import Request, RequestStatus
 
-__all__ = ["GatePolicy", "PassPlan", "PassRecord", "Scheduler", "SchedulerConfig"]
+__all__ = ["PassPlan", "PassRecord", "Scheduler", "SchedulerConfig"]
 
 
 def _positive(owner: str, name: str, value: object, minimum: int = 1) -> None:
@@ -114,16 +115,6 @@ class SchedulerConfig:
         return GateConfig(self.dense, self.max_hold_passes, self.gate_enabled)
 
 
-class GatePolicy:
-    """What the scheduler asks each pass: anything with ``decide(GateInput) -> Decision``.
-
-    (A structural protocol; ``PrefillGate`` and the reference policies satisfy it.)
-    """
-
-    def decide(self, inp: GateInput) -> Decision:  # pragma: no cover - protocol
-        raise NotImplementedError
-
-
 @dataclass(slots=True)
 class PassPlan:
     """A pass planned but not yet committed: what the gate is asked about."""
@@ -194,6 +185,9 @@ class Scheduler:
         self._dense = config.dense
         self._cap = config.chunk_cap
         self._chunked = config.enable_chunked_prefill
+        # Policies written against the raw lists (the original change) read these.
+        self._decide_raw = getattr(self.gate, "decide_raw", None)
+        self._queued_tokens = 0
 
     # -- queue management -------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -201,11 +195,15 @@ class Scheduler:
             raise ValueError(f"request {req.request_id!r} is {req.status.name}, not WAITING")
         self._by_seq[req.seq_id] = req
         self.waiting.append(req)
+        self._queued_tokens += req.num_tokens
+        self._mark_head()
 
     def abort(self, req: Request, reason: str = "aborted") -> None:
         """End ``req`` now, freeing its blocks; a no-op for ended requests."""
         if req.status is RequestStatus.WAITING:
             self.waiting.remove(req)
+            self._queued_tokens -= req.num_tokens
+            self._mark_head()
         elif req.status is RequestStatus.RUNNING:
             self.running.remove(req)
             self.blocks.free(req.block_table)
@@ -309,10 +307,12 @@ class Scheduler:
                 if head is not r:
                     raise RuntimeError("waiting queue changed between plan and commit")
                 r.status = RequestStatus.RUNNING
+                self._queued_tokens -= r.num_tokens
                 self.blocks.allocate(r.block_table, r.num_tokens)
                 self.running.append(r)
                 batch.prefills.append(self._prefill_chunk(r, n))
                 prefill_tokens += n
+            self._mark_head(self._pass + 1)
         for r in plan.decodes:
             pos = r.num_computed
             batch.decodes.append(
@@ -343,7 +343,13 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         """Plan, ask the gate with the plan's honest observation, commit."""
         plan = self.plan()
-        decision = self.gate.decide(GateInput(plan.waiting_tokens, len(plan.decodes)))
+        inp = GateInput(plan.waiting_tokens, len(plan.decodes))
+        if self._decide_raw is None:
+            decision = self.gate.decide(inp)
+        else:
+            owed = sum(n for _, n in plan.partials)
+            raw = RawCounts(len(self.running), self._queued_tokens + owed)
+            decision = self._decide_raw(inp, raw)
         return self.commit(plan, decision)
 
     def update(self, batch: ScheduledBatch, tokens: Iterable[int], now: float) -> list[Request]:
@@ -385,7 +391,17 @@ class Scheduler:
         r.status = RequestStatus.WAITING
         r.num_computed = 0
         r.num_preemptions += 1
+        if self.waiting:
+            self.waiting[0].head_pass = None  # displaced: its headship ends
+        r.head_pass = None
         self.waiting.appendleft(r)
+        self._queued_tokens += r.num_tokens
+        self._mark_head()
+
+    def _mark_head(self, at: int | None = None) -> None:
+        """Stamp the head of the queue with the first pass it can be admitted in."""
+        if self.waiting and self.waiting[0].head_pass is None:
+            self.waiting[0].head_pass = self._pass if at is None else at
 
     def _finish(self, r: Request, index: int, now: float) -> None:
         self.running.remove(r)

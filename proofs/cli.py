@@ -16,6 +16,7 @@ __all__ = ["COMMANDS", "main"]
 
 COMMANDS: dict[str, str] = {
     "prove": "densegate.proofs.prove_cmd",
+    "run": "densegate.impl.run_cmd",
     "conform": "densegate.testing.conform_cmd",
 }
 """subcommand -> module; later subcommands register here."""

@@ -54,6 +54,7 @@ class Step:
     out: Vars
     s2: Vars
     commands: Sequence[Command]
+    machine: Machine
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ class Obligation:
     trace_depth: int = 12
     readable: Callable[[Vars], z3.BoolRef] | None = None
     """Extra constraints tried first when searching a trace, for small numbers."""
+    scope: str | None = None
+    """What is fixed beyond the parameters (e.g. the number of request slots)."""
 
 
 @dataclass
@@ -121,6 +124,8 @@ class Trace:
     params: dict[str, Any]
     rows: list[dict[str, Any]]
     violated: str
+    display: list[dict[str, Any]] | None = None
+    """The rows as the machine prefers them printed (``Machine.display_row``)."""
 
 
 @dataclass
@@ -142,6 +147,7 @@ class ObligationResult:
     seconds: float
     parametric: bool
     bound: str | None
+    scope: str | None = None
     checks: list[CheckResult] = field(default_factory=list)
     mutants: list[MutantResult] = field(default_factory=list)
     trace: Trace | None = None
@@ -178,7 +184,7 @@ class _Unroller:
     def step(self, p: Vars, f: Frame, nxt: Vars) -> tuple[Step, z3.BoolRef]:
         """The step object and the constraint that it is a real transition."""
         cmds = self.machine.commands(p, f.state, f.obs)
-        st = Step(p, f.state, f.obs, f.out, nxt, cmds)
+        st = Step(p, f.state, f.obs, f.out, nxt, cmds, self.machine)
         mons = [nxt[m.name] == m.update(st) for m in self.monitors]
         return st, z3.And(self.machine.relation(p, f, nxt), *mons)
 
@@ -217,6 +223,11 @@ def _value(model: z3.ModelRef, term: z3.ExprRef) -> Any:
     return str(v)
 
 
+_CONSECUTION: dict[tuple[int, int, tuple[int, ...]], tuple[Machine, CheckResult]] = {}
+"""Consecution results by (machine, invariant, monitors): obligations sharing an
+invariant prove it once per ``densegate prove`` run."""
+
+
 def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     u = _Unroller(machine, ob.monitors)
     p = machine.params()
@@ -225,9 +236,16 @@ def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     st, trans = u.step(p, f, nxt)
     base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs)]
     inv_s = ob.invariant(p, f.state)
+    key = (id(machine), id(ob.invariant), tuple(id(m) for m in ob.monitors))
+    hit = _CONSECUTION.get(key)
+    if hit is not None and hit[0] is machine:
+        consecution = CheckResult("consecution", hit[1].status, 0.0, hit[1].reason or "cached")
+    else:
+        consecution = _check("consecution", [*base, inv_s, trans], ob.invariant(p, nxt))
+        _CONSECUTION[key] = (machine, consecution)
     checks = [
         _check("initiation", [machine.param_ok(p), u.init(p, f.state)], inv_s),
-        _check("consecution", [*base, inv_s, trans], ob.invariant(p, nxt)),
+        consecution,
     ]
     premise = [*base, inv_s, trans] if ob.needs_step else [*base, inv_s]
     checks.append(_check("property", premise, ob.prop(st)))
@@ -310,7 +328,7 @@ def _trace(
             row[GUARDS] = [c.name for c in cmds if z3.is_true(model.eval(c.guard, True))]
         rows.append(row)
     params = {n: _value(model, v) for n, v in p.items()}
-    return Trace(params, rows, ob.statement)
+    return Trace(params, rows, ob.statement, [machine.display_row(r) for r in rows])
 
 
 # -- entry points ---------------------------------------------------------------------
@@ -371,9 +389,10 @@ def prove(ob: Obligation) -> ObligationResult:
         ob.statement,
         status,
         seconds,
-        ob.bound is None,
-        bound,
-        checks,
-        mutants,
-        trace,
+        parametric=ob.bound is None,
+        bound=bound,
+        scope=ob.scope,
+        checks=checks,
+        mutants=mutants,
+        trace=trace,
     )

@@ -10,6 +10,7 @@ __all__ = ["LEVELS", "obligations"]
 
 LEVELS: dict[str, tuple[str, str]] = {
     "gate": ("densegate.proofs.gate_obligations", "GATE_OBLIGATIONS"),
+    "scheduler": ("densegate.proofs.scheduler_obligations", "SCHEDULER_OBLIGATIONS"),
     "dp": ("densegate.proofs.dp_obligations", "DP_OBLIGATIONS"),
 }
 """level -> (module, list attribute); later levels register here."""

@@ -15,7 +15,8 @@ _STYLE = {"proved": "green", "refuted": "green", "failed": "red", "survived": "r
 
 
 def _scope(r: ObligationResult) -> str:
-    return "all parameters" if r.parametric else f"bounded: {r.bound}"
+    base = "all parameters" if r.parametric else f"bounded: {r.bound}"
+    return f"{base}; {r.scope}" if r.scope else base
 
 
 def _mutant_json(m: MutantResult) -> dict[str, Any]:
@@ -41,6 +42,7 @@ def to_json(results: list[ObligationResult], seconds: float) -> dict[str, Any]:
                 "seconds": round(r.seconds, 4),
                 "parametric": r.parametric,
                 "bound": r.bound,
+                "scope": r.scope,
                 "checks": [
                     {"name": c.name, "status": c.status, "reason": c.reason} for c in r.checks
                 ],
@@ -68,18 +70,27 @@ def _fmt(v: Any) -> str:
 def render_trace(trace: Trace) -> Table:
     """Parameters first, then one row per pass; the last pass breaks the property."""
     params = "  ".join(f"{k}={_fmt(v)}" for k, v in trace.params.items())
+    rows = trace.display if trace.display is not None else trace.rows
     cols: list[str] = []
-    for row in trace.rows:
+    for row in rows:
         cols.extend(k for k in row if k not in cols)
     table = Table(title=f"parameters: {params}", title_justify="left", show_edge=False)
+    widths = {c: max([len(c)] + [len(_fmt(row.get(c))) for row in rows]) for c in cols}
     for c in cols:
-        table.add_column(c, justify="left" if c == GUARDS else "right")
-    for row in trace.rows:
+        justify = "right" if c == "pass" else "left"
+        table.add_column(c, justify=justify, no_wrap=True, min_width=widths[c])
+    for row in rows:
         cells = [_fmt(row.get(c)) for c in cols]
         if "fire" in row and row["fire"] is not None:
             cells[cols.index("fire")] = "FIRE" if row["fire"] else "HOLD"
         table.add_row(*cells)
     return table
+
+
+def _print_wide(console: Console, table: Table) -> None:
+    """Traces are read across: never squeeze a row to the terminal's width."""
+    need = sum(c.min_width or 0 for c in table.columns) + 3 * len(table.columns)
+    console.print(table, width=max(console.width, need), crop=False)
 
 
 def print_report(
@@ -108,14 +119,14 @@ def print_report(
                 console.print(f"[red]{r.id} {c.name}: {c.status}[/] {c.reason}")
         if r.trace is not None:
             console.print(f"[red]{r.id} counterexample[/]: {r.statement}")
-            console.print(render_trace(r.trace))
+            _print_wide(console, render_trace(r.trace))
         for m in r.mutants:
             bad = m.status != "refuted"
             if bad:
                 console.print(f"[red]{r.id} mutant {m.name} {m.status}[/]: {m.reason}")
             if m.trace is not None and (traces or bad):
                 console.print(f"\n[bold]{r.id} refutes {m.name}[/]: {m.description}")
-                console.print(render_trace(m.trace))
+                _print_wide(console, render_trace(m.trace))
     ok = all(r.ok for r in results)
     verdict = "[green]all proved, all mutants refuted[/]" if ok else "[red]NOT all proved[/]"
     console.print(f"{verdict} in {seconds:.2f} s")

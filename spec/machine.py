@@ -72,6 +72,10 @@ class Machine:
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         raise NotImplementedError
 
+    def display_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """How a trace row of this machine is best printed (default: as is)."""
+        return row
+
     # -- derived ----------------------------------------------------------------
     @staticmethod
     def fresh(sorts: Mapping[str, Sort], tag: str) -> Vars:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import z3
 
@@ -88,8 +89,16 @@ class PassPlan:
     need: list[z3.ArithRef]
     preempted: z3.ArithRef
     planned: z3.ArithRef
+    """Prefill tokens the pass runs if the gate fires (partials, then admissions)."""
     d: z3.ArithRef
-    w: z3.ArithRef
+    partial_work: z3.ArithRef
+    """Prefill tokens owed to running requests when the pass is planned."""
+    partial_run: z3.ArithRef
+    """Of those, the tokens this pass would run if it fired."""
+    head_fits: z3.BoolRef
+    """The head of the queue fits this pass (slot, blocks, budget; nothing preempted)."""
+    head_admit: z3.BoolRef
+    """The plan admits the head of the queue if the gate fires."""
 
 
 class SchedulerMachine(Machine):
@@ -113,11 +122,63 @@ class SchedulerMachine(Machine):
         self.out_sorts.update({k: z3.Int for k in _OUTS})
 
     # -- helpers ------------------------------------------------------------------
+    def display_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One trace row: arrivals and aborts, the gate's counter and free blocks,
+        each request as ``<status><computed>/<generated>b<blocks>`` (W waiting, R
+        running, F finished, A aborted, - not arrived), the gate's observation and
+        decision, then monitors and what the pass left behind."""
+        slot_keys = {f"{k}{i}" for k in (*_SLOT_STATE, "arrive", "abort") for i in range(self.R)}
+        shown = {"w", "decode_seqs", "fire", "reason", "prefill_tokens", "preempted"}
+        hidden = {"prefill_seqs", "waiting", "running", "kv_free", "next_h", "next_free"}
+
+        def requests(prefix: str) -> str:
+            return " ".join(
+                f"{'-WRFA'[row[f'{prefix}st{i}']]}{row[f'{prefix}c{i}']}/"
+                f"{row[f'{prefix}g{i}']}b{row[f'{prefix}b{i}']}"
+                for i in range(self.R)
+            )
+
+        out: dict[str, Any] = {"pass": row["pass"]}
+        for key in ("arrive", "abort"):
+            out[key] = ",".join(str(i) for i in range(self.R) if row.get(f"{key}{i}")) or "-"
+        out["h"], out["free"], out["requests"] = row["h"], row["free"], requests("")
+        if row.get("fire") is not None:
+            out.update({"w": row["w"], "d": row["decode_seqs"], "fire": row["fire"]})
+            out.update({"reason": row["reason"], "prefill": row["prefill_tokens"]})
+            out["preempt"] = row["preempted"]
+        for key, val in row.items():
+            bare = key.removeprefix("next_")
+            if key == "pass" or bare in slot_keys or key in shown or key in hidden:
+                continue
+            out[key] = val
+        if "next_st0" in row:
+            out["after"] = requests("next_")
+        return out
+
     def blocks_for(self, tokens: z3.ArithRef) -> z3.ArithRef:
         return tokens if self.bs == 1 else (tokens + (self.bs - 1)) / self.bs
 
     def slot(self, v: Vars, key: str) -> list[z3.ExprRef]:
         return [v[f"{key}{i}"] for i in range(self.R)]
+
+    # -- hooks: single points a broken variant (a proof's mutant) may replace ------
+    def preempt_frees(self, held: z3.ArithRef) -> z3.ArithRef:
+        """Blocks a preemption by recompute returns to the free pool."""
+        return held
+
+    def partial_chunk(
+        self, left: z3.ArithRef, cap: z3.ArithRef, budget: z3.ArithRef
+    ) -> z3.ArithRef:
+        """The next chunk of a partial prefill with ``left`` tokens to go."""
+        return z3.If(z3.And(left > 0, budget > 0), _min(left, cap, budget), 0)
+
+    def admission_allowed(self, partial_run: z3.ArithRef) -> z3.BoolRef:
+        """Whether new requests may join a pass that runs ``partial_run`` chunk tokens."""
+        return z3.BoolVal(True)
+
+    def observe(self, p: Vars, plan: PassPlan) -> tuple[z3.ArithRef, z3.ArithRef]:
+        """The gate's observation ``(w, d)``: what the pass would really run."""
+        return _min(plan.planned, p["B"]), plan.d
 
     # -- the machine ---------------------------------------------------------------
     def param_ok(self, p: Vars) -> z3.BoolRef:
@@ -175,7 +236,7 @@ class SchedulerMachine(Machine):
             for j in reversed(range(i, R)):
                 victim = z3.And(short, st[j] == RUNNING, z3.Not(later_running))
                 later_running = z3.Or(later_running, st[j] == RUNNING)
-                free = z3.If(victim, free + b[j], free)
+                free = z3.If(victim, free + self.preempt_frees(b[j]), free)
                 st[j] = z3.If(victim, WAITING, st[j])
                 c[j] = z3.If(victim, 0, c[j])
                 b[j] = z3.If(victim, 0, b[j])
@@ -189,18 +250,23 @@ class SchedulerMachine(Machine):
         # 2. partial prefills from the pass budget
         budget: z3.ArithRef = p["T"] - d
         chunk: list[z3.ArithRef] = []
+        work: list[z3.ArithRef] = []
         for i in range(R):
-            left = P[i] + g[i] - c[i]
-            part = z3.And(st[i] == RUNNING, z3.Not(decoding[i]), left > 0, budget > 0)
-            n = z3.If(part, _min(left, p["cap"], budget), 0)
+            left = z3.If(z3.And(st[i] == RUNNING, z3.Not(decoding[i])), P[i] + g[i] - c[i], 0)
+            n = self.partial_chunk(left, p["cap"], budget)
+            work.append(left)
             chunk.append(n)
             budget = budget - n
+        partial_run = z3.Sum(chunk)
         # 3. FCFS admission, unless something was preempted
         slots = p["S"] - _count([x == RUNNING for x in st])
         spare = free
         stopped: z3.BoolRef = preempted > 0
         admit: list[z3.BoolRef] = []
         need: list[z3.ArithRef] = []
+        head_fits: z3.BoolRef = z3.BoolVal(False)
+        head_admit: z3.BoolRef = z3.BoolVal(False)
+        earlier_waiting: z3.BoolRef = z3.BoolVal(False)
         for i in range(R):
             total = P[i] + g[i]
             nb = self.blocks_for(total)
@@ -211,7 +277,11 @@ class SchedulerMachine(Machine):
                 z3.Or(p["chunked"], total <= budget),
             )
             waiting = st[i] == WAITING
-            ok = z3.And(waiting, z3.Not(stopped), fits)
+            is_head = z3.And(waiting, z3.Not(earlier_waiting))
+            head_fits = z3.Or(head_fits, z3.And(is_head, fits, preempted == 0))
+            earlier_waiting = z3.Or(earlier_waiting, waiting)
+            ok = z3.And(waiting, z3.Not(stopped), fits, self.admission_allowed(partial_run))
+            head_admit = z3.Or(head_admit, z3.And(is_head, ok))
             stopped = z3.Or(stopped, z3.And(waiting, z3.Not(fits)))
             n = z3.If(p["chunked"], _min(total, p["cap"], budget), total)
             chunk[i] = z3.If(ok, n, chunk[i])
@@ -220,21 +290,20 @@ class SchedulerMachine(Machine):
             slots = z3.If(ok, slots - 1, slots)
             admit.append(ok)
             need.append(nb)
-        planned = z3.Sum(chunk)
         return PassPlan(
-            st, c, g, b, free, decoding, chunk, admit, need, preempted, planned, d,
-            _min(planned, p["B"]),
+            st, c, g, b, free, decoding, chunk, admit, need, preempted, z3.Sum(chunk), d,
+            z3.Sum(work), partial_run, head_fits, head_admit,
         )  # fmt: skip
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         plan = self.plan(p, s, o)
+        w, d = self.observe(p, plan)
         gp = {"B": p["B"], "K": p["K"], "enabled": p["enabled"]}
         cmds = []
-        for gc in self.gate.commands(gp, {"h": s["h"]}, {"w": plan.w, "d": plan.d}):
-            fire = gc.out["fire"]
-            cmds.append(
-                Command(gc.name, gc.guard, *self._commit(p, plan, fire, gc.out, gc.next["h"]))
-            )
+        for gc in self.gate.commands(gp, {"h": s["h"]}, {"w": w, "d": d}):
+            out, nxt = self._commit(p, plan, gc.out["fire"], gc.out, gc.next["h"])
+            out["w"] = w
+            cmds.append(Command(gc.name, gc.guard, out, nxt))
         return cmds
 
     def _commit(
@@ -265,7 +334,6 @@ class SchedulerMachine(Machine):
         outs["waiting"] = _count([x == WAITING for x in st])
         outs["running"] = _count([x == RUNNING for x in st])
         outs["kv_free"] = free
-        outs["w"] = plan.w
         for i in range(self.R):
             scheduled = z3.Or(plan.decoding[i], z3.And(fire, plan.chunk[i] > 0))
             sample = z3.And(scheduled, c[i] == P[i] + g[i])

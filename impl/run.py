@@ -1,0 +1,189 @@
+"""Drive an engine through a trace and summarize what the gate did.
+
+The summary's figures are the ones the gate is judged by: how full prefill
+passes were, how many under-full prefill passes still interrupted decode (and
+which rule let them), how long requests waited for a first token in passes and
+in milliseconds, and what the scheduler itself cost per pass.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from densegate.impl.engine import Engine
+from densegate.impl.gate import Reason
+from densegate.impl.request import RequestStatus
+from densegate.impl.scheduler import PassRecord, SchedulerConfig
+from densegate.impl.workload import TraceRequest
+
+__all__ = ["PassStats", "run_trace", "summarize", "ttft_bound_passes"]
+
+
+def ttft_bound_passes(cfg: SchedulerConfig, max_len: int, max_output: int) -> int:
+    """Passes from becoming head of the queue to the first token, at most.
+
+    ``2 K ceil(S L / c) + M + 1`` with ``c = min(cap, T - S + 1)``: from the
+    proved lemmas S4 (a head that fits is admitted within K passes) and S5
+    (owed prefill runs within K passes and advances by at least ``c`` tokens or
+    finishes), and decodes running every pass. The README gives the argument.
+    It holds for a request that is not preempted or displaced in between.
+    """
+    s, t, k = cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_hold_passes
+    c = min(cfg.chunk_cap, t - s + 1)
+    return 2 * k * -(-s * max_len // c) + max_output + 1
+
+
+@dataclass
+class PassStats:
+    """Per-pass figures accumulated as a run goes (the pass log is only a ring)."""
+
+    dense_tokens: int
+    passes: int = 0
+    prefill_passes: int = 0
+    fill_sum: float = 0.0
+    decode_only_passes: int = 0
+    interrupting: int = 0
+    underfull_interrupting: collections.Counter[str] = field(default_factory=collections.Counter)
+    reasons: collections.Counter[str] = field(default_factory=collections.Counter)
+    preempted: int = 0
+
+    def observe(self, rec: PassRecord) -> None:
+        self.passes += 1
+        self.reasons[rec.reason.name] += 1
+        self.preempted += rec.preempted
+        if rec.prefill_tokens:
+            self.prefill_passes += 1
+            self.fill_sum += min(1.0, rec.prefill_tokens / self.dense_tokens)
+            if rec.decode_seqs:
+                self.interrupting += 1
+                if rec.prefill_tokens < self.dense_tokens:
+                    self.underfull_interrupting[rec.reason.name] += 1
+        elif rec.decode_seqs:
+            self.decode_only_passes += 1
+
+
+def run_trace(
+    engine: Engine,
+    trace: Sequence[TraceRequest],
+    seed: int = 0,
+    on_pass: Callable[[int], None] | None = None,
+) -> PassStats:
+    """Replay ``trace``: requests join when the scheduler reaches their arrival pass.
+
+    When the engine falls idle before the next arrival, that arrival is brought
+    forward (an idle pass schedules nothing and measures nothing). Prompt token
+    ids are drawn from ``seed`` within the runner's vocabulary.
+    """
+    rng = random.Random(seed)
+    vocab = engine.vocab_size or 32000
+    stats = PassStats(engine.config.dense)
+    pending = sorted(trace, key=lambda r: r.arrival_pass)
+    i = 0
+    sched = engine.scheduler
+    while i < len(pending) or engine.has_unfinished():
+        idle = not sched.has_work()
+        while i < len(pending) and (pending[i].arrival_pass <= sched.pass_index or idle):
+            r = pending[i]
+            prompt = [rng.randrange(vocab) for _ in range(r.prompt_len)]
+            engine.add_request(prompt, r.output_len)
+            i += 1
+            idle = False
+        before = sched.pass_index
+        engine.step()
+        if sched.pass_index != before:
+            stats.observe(sched.pass_log[-1])
+            if on_pass is not None:
+                on_pass(sched.pass_index)
+    return stats
+
+
+def _pct(xs: Sequence[float], q: float) -> float | None:
+    if not xs:
+        return None
+    ys = sorted(xs)
+    k = (len(ys) - 1) * q / 100
+    lo = math.floor(k)
+    hi = min(lo + 1, len(ys) - 1)
+    return ys[lo] + (ys[hi] - ys[lo]) * (k - lo)
+
+
+def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]:
+    """The run's figures as one JSON-ready dict."""
+    cfg = engine.config
+    ms = engine.all_metrics()
+    done = [m for m in ms if m.status is RequestStatus.FINISHED]
+    reqs = [engine.request(m.request_id) for m in done]
+    ttft_p = [m.ttft_passes for m in done if m.ttft_passes is not None]
+    ttft_ms = [1e3 * m.ttft_s for m in done if m.ttft_s is not None]
+    tpot_ms = [1e3 * m.tpot_s for m in done if m.tpot_s is not None]
+    tpot_p = [
+        (m.finish_pass - m.first_token_pass) / (m.output_tokens - 1)
+        for m in done
+        if m.output_tokens > 1 and m.finish_pass is not None and m.first_token_pass is not None
+    ]
+    head_wait = [
+        r.first_token_pass - r.head_pass + 1
+        for r in reqs
+        if r.first_token_pass is not None and r.head_pass is not None and r.num_preemptions == 0
+    ]
+    max_len = max((m.prompt_tokens + m.output_tokens for m in ms), default=1)
+    max_out = max((m.output_tokens for m in ms), default=1)
+    out_tokens = sum(m.output_tokens for m in ms)
+    passes = max(stats.passes, 1)
+    summary: dict[str, Any] = {
+        "requests": len(ms),
+        "finished": len(done),
+        "ended_otherwise": {
+            s.name: sum(m.status is s for m in ms)
+            for s in (RequestStatus.ABORTED, RequestStatus.REJECTED)
+        },
+        "gate": "on" if cfg.gate_enabled else "off",
+        "dense_tokens": cfg.dense,
+        "max_hold_passes": cfg.max_hold_passes,
+        "passes": stats.passes,
+        "prompt_tokens": sum(m.prompt_tokens for m in ms),
+        "output_tokens": out_tokens,
+        "output_tokens_per_pass": out_tokens / passes,
+        "ttft_passes": {"p50": _pct(ttft_p, 50), "p99": _pct(ttft_p, 99), "max": max(ttft_p, default=None)},
+        "ttft_ms": {"p50": _pct(ttft_ms, 50), "p99": _pct(ttft_ms, 99)},
+        "tpot_passes": {"p50": _pct(tpot_p, 50), "p99": _pct(tpot_p, 99)},
+        "tpot_ms": {"p50": _pct(tpot_ms, 50), "p99": _pct(tpot_ms, 99)},
+        "head_ttft_passes_max": max(head_wait, default=None),
+        "head_ttft_bound_passes": ttft_bound_passes(cfg, max_len, max_out),
+        "prefill_passes": stats.prefill_passes,
+        "mean_prefill_fill": stats.fill_sum / stats.prefill_passes if stats.prefill_passes else None,
+        "decode_only_passes": stats.decode_only_passes,
+        "prefill_passes_interrupting_decode": stats.interrupting,
+        "underfull_interrupting": sum(stats.underfull_interrupting.values()),
+        "underfull_interrupting_by_reason": dict(stats.underfull_interrupting),
+        "reasons": dict(stats.reasons),
+        "preemptions": stats.preempted,
+        "scheduler_us_per_pass": 1e6 * engine.scheduler_seconds / passes,
+        "runner_ms_per_pass": 1e3 * engine.runner_seconds / passes,
+        "wall_s": wall_s,
+    }
+    runner_summary = getattr(engine.runner, "summary", None)
+    if callable(runner_summary):
+        summary["runner"] = runner_summary()
+    return summary
+
+
+def timed_run(
+    engine: Engine,
+    trace: Sequence[TraceRequest],
+    seed: int = 0,
+    on_pass: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    stats = run_trace(engine, trace, seed, on_pass)
+    return summarize(engine, stats, time.perf_counter() - t0)
+
+
+# Reasons whose under-full prefill the gate allows by design (DESIGN.md valves).
+ALLOWED_UNDERFULL = frozenset({Reason.BUDGET.name, Reason.NO_DECODE.name})

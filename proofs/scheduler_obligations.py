@@ -1,0 +1,204 @@
+"""Scheduler-level obligations S1-S5 over ``densegate.spec.scheduler``.
+
+Each is proved by induction for every value of the parameters (pass budget,
+sequence slots, KV blocks, max length, chunk cap, the gate's B/K/enabled) and
+of every request's prompt and output length, for a fixed number of request
+slots and block size (below). One invariant, shared by all five, describes
+every reachable state; it is proved inductive once.
+
+S4 and S5 are the lemmas behind the time-to-first-token bound documented in
+the README: a head of the queue that fits is admitted within K passes, and
+pending prefill work is run within K passes and makes progress when it runs.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from densegate.proofs.prover import Monitor, Obligation, Step
+from densegate.proofs.scheduler_mutants import scheduler_mutants
+from densegate.spec.machine import Vars
+from densegate.spec.scheduler import (
+    NOT_ARRIVED,
+    RUNNING,
+    WAITING,
+    SchedulerMachine,
+)
+
+__all__ = ["BLOCK_SIZE", "SCHEDULER", "SCHEDULER_OBLIGATIONS", "SLOTS", "invariant"]
+
+SLOTS = 4
+BLOCK_SIZE = 2
+SCHEDULER = SchedulerMachine(SLOTS, BLOCK_SIZE)
+_MUTANTS = scheduler_mutants(SLOTS, BLOCK_SIZE)
+_SCOPE = f"{SLOTS} requests, block size {BLOCK_SIZE}"
+
+
+def invariant(p: Vars, s: Vars) -> z3.BoolRef:
+    """Every reachable state: blocks conserved, requests well-formed, arrival order."""
+    m = SCHEDULER
+    st, c, g, b = (m.slot(s, k) for k in ("st", "c", "g", "b"))
+    P, M = m.slot(p, "P"), m.slot(p, "M")
+    bs = m.bs
+    running = z3.Sum([z3.If(x == RUNNING, 1, 0) for x in st])
+    cons = [
+        s["free"] >= 0,
+        s["free"] + z3.Sum(b) == p["N"],
+        0 <= s["h"],
+        s["h"] < p["K"],
+        running <= p["S"],
+    ]
+    for i in range(m.R):
+        decoding = z3.And(g[i] >= 1, c[i] == P[i] + g[i] - 1)
+        cons += [
+            st[i] >= NOT_ARRIVED,
+            st[i] <= 4,
+            b[i] >= 0,
+            c[i] >= 0,
+            g[i] >= 0,
+            g[i] <= M[i],
+            z3.Implies(st[i] != RUNNING, b[i] == 0),
+            z3.Implies(
+                st[i] == RUNNING,
+                z3.And(
+                    b[i] >= 1,
+                    b[i] * bs >= P[i] + g[i] - 1,
+                    z3.Or(decoding, b[i] * bs >= P[i] + g[i]),
+                    c[i] < P[i] + g[i],
+                    g[i] < M[i],
+                ),
+            ),
+            z3.Implies(st[i] == WAITING, z3.And(c[i] == 0, g[i] < M[i])),
+            z3.Implies(st[i] == NOT_ARRIVED, z3.And(c[i] == 0, g[i] == 0)),
+        ]
+        if i > 0:
+            cons.append(z3.Implies(st[i] != NOT_ARRIVED, st[i - 1] != NOT_ARRIVED))
+        cons += [z3.Implies(st[i] == WAITING, st[j] != RUNNING) for j in range(i + 1, m.R)]
+    return z3.And(*cons)
+
+
+def _readable(p: Vars) -> z3.BoolRef:
+    return z3.And(p["S"] <= 2, p["T"] <= 6, p["N"] <= 6, p["L"] <= 6, p["K"] <= 3)
+
+
+def _plan(st: Step):  # type: ignore[no-untyped-def]
+    return st.machine.plan(st.p, st.s, st.o)  # type: ignore[attr-defined]
+
+
+def _no_idle(st: Step) -> z3.BoolRef:
+    work = z3.Or(*[z3.Or(x == RUNNING, x == WAITING) for x in _plan(st).st])
+    return z3.Implies(work, st.out["prefill_tokens"] + st.out["decode_seqs"] > 0)
+
+
+def _conserved(st: Step) -> z3.BoolRef:
+    b = [st.s2[f"b{i}"] for i in range(SLOTS)]
+    return z3.And(st.s2["free"] >= 0, st.s2["free"] + z3.Sum(b) == st.p["N"])
+
+
+def _dense_sound(st: Step) -> z3.BoolRef:
+    from densegate.spec.gate import reason
+
+    dense = st.out["reason"] == reason("DENSE")
+    return z3.Implies(dense, st.out["prefill_tokens"] >= st.p["B"])
+
+
+def _head_update(st: Step) -> z3.ArithRef:
+    plan = _plan(st)
+    waits = z3.And(plan.head_fits, z3.Not(z3.And(st.out["fire"], plan.head_admit)))
+    return z3.If(waits, st.s["hage"] + 1, 0)
+
+
+# hage: passes in a row the head of the queue fitted but was not admitted.
+_HEAD_AGE = Monitor("hage", z3.Int, lambda p: z3.IntVal(0), _head_update)
+
+
+def _pending_update(st: Step) -> z3.ArithRef:
+    plan = _plan(st)
+    pending = z3.Or(plan.partial_work > 0, plan.head_fits)
+    return z3.If(z3.And(pending, z3.Not(st.out["fire"])), st.s["page"] + 1, 0)
+
+
+# page: passes in a row prefill work was pending (a chunk owed, or a head that
+# fits) and the gate did not fire.
+_PENDING_AGE = Monitor("page", z3.Int, lambda p: z3.IntVal(0), _pending_update)
+
+
+def _head_admitted(st: Step) -> z3.BoolRef:
+    return st.s2["hage"] < st.p["K"]
+
+
+def _progress(st: Step) -> z3.BoolRef:
+    plan = _plan(st)
+    p = st.p
+    room = z3.If(p["cap"] < p["T"] - p["S"] + 1, p["cap"], p["T"] - p["S"] + 1)
+    owed = plan.partial_work
+    least = z3.If(owed < room, owed, room)
+    return z3.And(
+        st.s2["page"] < p["K"],
+        z3.Implies(z3.And(st.out["fire"], owed > 0), plan.partial_run >= least),
+    )
+
+
+def _with(monitor: str):  # type: ignore[no-untyped-def]
+    def inv(p: Vars, s: Vars) -> z3.BoolRef:
+        return z3.And(invariant(p, s), 0 <= s[monitor], s[monitor] <= s["h"])
+
+    return inv
+
+
+def _ob(id: str, statement: str, prop, inv, mutants, **kw) -> Obligation:  # type: ignore[no-untyped-def]
+    return Obligation(
+        id=id,
+        level="scheduler",
+        statement=statement,
+        machine=SCHEDULER,
+        prop=prop,
+        invariant=inv,
+        mutants=[_MUTANTS[m] for m in mutants],
+        readable=_readable,
+        trace_depth=8,
+        scope=_SCOPE,
+        **kw,
+    )
+
+
+SCHEDULER_OBLIGATIONS: list[Obligation] = [
+    _ob(
+        "S1",
+        "no deadlock: with any request waiting or running, the pass schedules a token",
+        _no_idle,
+        invariant,
+        ["tail_escape_on_running"],
+    ),
+    _ob(
+        "S2",
+        "KV block conservation: free + held = num_blocks, free >= 0, every pass",
+        _conserved,
+        invariant,
+        ["preemption_leaks"],
+    ),
+    _ob(
+        "S3",
+        "density soundness: a DENSE fire runs >= dense_tokens prefill tokens",
+        _dense_sound,
+        invariant,
+        ["dense_from_queue"],
+    ),
+    _ob(
+        "S4",
+        "bounded head wait: a head of the queue that fits is admitted within K passes",
+        _head_admitted,
+        _with("hage"),
+        ["serialized_chunks", "gate_budget_off_by_one"],
+        monitors=[_HEAD_AGE],
+    ),
+    _ob(
+        "S5",
+        "prefill progress: pending prefill runs within K passes, and a fire runs "
+        ">= min(owed, cap, T-S+1) owed chunk tokens",
+        _progress,
+        _with("page"),
+        ["partial_waits_for_full_chunk", "gate_hold_not_counted"],
+        monitors=[_PENDING_AGE],
+    ),
+]
