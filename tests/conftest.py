@@ -7,9 +7,9 @@ Select with ``DENSEGATE_PROFILE=nightly`` (or Hypothesis' own
 
 from __future__ import annotations
 
-import os
-
 from hypothesis import HealthCheck, Phase, settings
+
+from tests.profiles import PROFILE
 
 # The "explain" phase re-runs a failing stateful case hundreds of times to
 # annotate it; the shrunk steps it would annotate are printed anyway.
@@ -33,6 +33,4 @@ settings.register_profile(
     phases=_PHASES,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile(
-    os.environ.get("DENSEGATE_PROFILE", os.environ.get("HYPOTHESIS_PROFILE", "ci"))
-)
+settings.load_profile(PROFILE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any, ClassVar
 
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -32,22 +33,25 @@ def machine(slots: int, block_size: int) -> SchedulerMachine:
 
 
 @st.composite
-def setups(draw: st.DrawFn, max_requests: int = 5) -> dict[str, Any]:
-    """Scheduler parameters and admissible requests, small enough to hit every edge."""
-    bs = draw(st.sampled_from([1, 2, 4]), label="block_size")
-    S = draw(st.integers(1, 4), label="S")
+def setups(draw: st.DrawFn, max_requests: int = 8) -> dict[str, Any]:
+    """Scheduler parameters and admissible requests, small enough to hit every edge:
+    more requests than sequence slots, budgets that bind, KV that runs out."""
+    bs = draw(st.sampled_from([1, 1, 2, 4]), label="block_size")
+    S = draw(st.sampled_from([1, 2, 2, 3]), label="S")
     chunked = draw(st.booleans(), label="chunked")
-    L = draw(st.integers(2, 16), label="L")
+    L = draw(st.integers(3, 16), label="L")
     lo = max(S, 1 if chunked else L)
-    T = draw(st.integers(lo, lo + 6), label="T")
+    T = draw(st.integers(lo, lo + 4), label="T")
     cap = draw(st.integers(1, T + 2), label="cap") if chunked else T
-    R = draw(st.integers(1, max_requests), label="R")
+    R = draw(st.integers(2, max_requests), label="R")
     lens = []
     for _ in range(R):
-        P = draw(st.integers(1, L - 1))
+        # Short prompts with long answers make decodes outgrow their blocks.
+        P = draw(st.integers(1, L - 1) | st.integers(1, max(1, L // 4)))
         lens.append((P, draw(st.integers(1, L - P))))
     biggest = max(-(-(P + M) // bs) for P, M in lens)
-    N = draw(st.integers(biggest, biggest + 6), label="N")
+    # Tight caches block the head and preempt; roomier ones run several at once.
+    N = draw(st.integers(biggest, biggest + 1) | st.integers(biggest, 2 * biggest + 2), label="N")
     return {
         "params": {
             "S": S, "T": T, "N": N, "L": L, "cap": cap, "chunked": chunked,
@@ -122,6 +126,10 @@ class SchedulerLockstep(RuleBasedStateMachine):
         _, out, nxt = evaluate(self.spec, self.params, self.state, obs)
         SchedulerLockstep.passes += 1
         rec = self.sched.pass_log[-1]
+        if rec.preempted:
+            event("a pass preempted")
+        if rec.reason.name == "HOLD":
+            event("a pass held")
         got = {
             "fire": rec.fire,
             "reason": rec.reason.name,
@@ -152,3 +160,44 @@ class SchedulerLockstep(RuleBasedStateMachine):
     def outputs_never_exceed_max_tokens(self) -> None:
         for r in getattr(self, "reqs", []):
             assert len(r.output_token_ids) <= r.max_tokens
+
+
+def replay(params: dict[str, Any], block_size: int, obs_rows: list[dict[str, Any]]) -> list[dict]:
+    """Run the real Scheduler through a trace's arrivals and aborts; one dict per pass
+    with the pass record and every request's state, keyed as the spec names them."""
+    R = sum(1 for k in params if k.startswith("P"))
+    lens = [(params[f"P{i}"], params[f"M{i}"]) for i in range(R)]
+    sched = densegate.impl.scheduler.Scheduler(config_of({"params": params, "bs": block_size}))
+    runner = NullRunner(7)
+    reqs: list[Request] = []
+    out = []
+    for row in obs_rows:
+        for i in range(R):
+            if row.get(f"abort{i}"):
+                sched.abort(reqs[i])
+        for i in range(R):
+            if row.get(f"arrive{i}"):
+                P, M = lens[i]
+                req = Request(str(i), i, list(range(100, 100 + P)), M, sched.pass_index, 0.0)
+                reqs.append(req)
+                sched.add(req)
+        batch = sched.schedule()
+        sched.update(batch, runner.execute(batch), 0.0)
+        rec = sched.pass_log[-1]
+        got: dict[str, Any] = {
+            "fire": rec.fire,
+            "reason": rec.reason.name,
+            "prefill_tokens": rec.prefill_tokens,
+            "decode_seqs": rec.decode_seqs,
+            "preempted": rec.preempted,
+            "next_h": sched.gate.hold_passes,  # type: ignore[attr-defined]
+            "next_free": sched.blocks.num_free,
+        }
+        for i in range(R):
+            r = reqs[i] if i < len(reqs) else None
+            got[f"next_st{i}"] = STATUS[r.status] if r else 0
+            got[f"next_c{i}"] = r.num_computed if r else 0
+            got[f"next_g{i}"] = len(r.output_token_ids) if r else 0
+            got[f"next_b{i}"] = len(r.block_table) if r else 0
+        out.append(got)
+    return out
