@@ -14,8 +14,8 @@ from typing import Any
 
 from densegate.impl.batch import KVLayout, NullRunner, Runner
 from densegate.impl.block_manager import blocks_for
-from densegate.impl.request import Request, RequestStatus
 from densegate.impl.policies import GatePolicy
+from densegate.impl.request import Request, RequestStatus
 from densegate.impl.scheduler import Scheduler, SchedulerConfig
 
 __all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]

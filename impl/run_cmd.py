@@ -63,7 +63,6 @@ def _config(args: argparse.Namespace, runner: str) -> Any:
 
 def main(args: argparse.Namespace) -> int:
     from densegate.impl.engine import Engine
-    from densegate.impl.run import timed_run
     from densegate.impl.workload import dump_trace, load_trace, synthetic_trace
 
     try:
@@ -128,7 +127,9 @@ def _print(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title=f"densegate run (gate {s['gate']}, runner {s['runner_kind']})", show_header=False)
+    t = Table(
+        title=f"densegate run (gate {s['gate']}, runner {s['runner_kind']})", show_header=False
+    )
     t.add_column("figure")
     t.add_column("value")
     rows = [

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from densegate.proofs.prover import GUARDS, MutantResult, ObligationResult, Trace
+from densegate.proofs.prover import MutantResult, ObligationResult, Trace
 
 __all__ = ["print_report", "render_trace", "to_json"]
 

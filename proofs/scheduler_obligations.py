@@ -44,7 +44,7 @@ def invariant(p: Vars, s: Vars) -> z3.BoolRef:
     cons = [
         s["free"] >= 0,
         s["free"] + z3.Sum(b) == p["N"],
-        0 <= s["h"],
+        s["h"] >= 0,
         s["h"] < p["K"],
         running <= p["S"],
     ]
@@ -141,7 +141,7 @@ def _progress(st: Step) -> z3.BoolRef:
 
 def _with(monitor: str):  # type: ignore[no-untyped-def]
     def inv(p: Vars, s: Vars) -> z3.BoolRef:
-        return z3.And(invariant(p, s), 0 <= s[monitor], s[monitor] <= s["h"])
+        return z3.And(invariant(p, s), s[monitor] >= 0, s[monitor] <= s["h"])
 
     return inv
 
