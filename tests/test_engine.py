@@ -241,5 +241,5 @@ def test_planning_never_walks_the_queue() -> None:
 
 
 def test_null_runner_validates_its_token() -> None:
-    with pytest.raises(ValueError, match="NullRunner.token"):
+    with pytest.raises(ValueError, match=r"NullRunner\.token"):
         NullRunner(-1)
