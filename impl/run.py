@@ -150,14 +150,20 @@ def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]
         "prompt_tokens": sum(m.prompt_tokens for m in ms),
         "output_tokens": out_tokens,
         "output_tokens_per_pass": out_tokens / passes,
-        "ttft_passes": {"p50": _pct(ttft_p, 50), "p99": _pct(ttft_p, 99), "max": max(ttft_p, default=None)},
+        "ttft_passes": {
+            "p50": _pct(ttft_p, 50),
+            "p99": _pct(ttft_p, 99),
+            "max": max(ttft_p, default=None),
+        },
         "ttft_ms": {"p50": _pct(ttft_ms, 50), "p99": _pct(ttft_ms, 99)},
         "tpot_passes": {"p50": _pct(tpot_p, 50), "p99": _pct(tpot_p, 99)},
         "tpot_ms": {"p50": _pct(tpot_ms, 50), "p99": _pct(tpot_ms, 99)},
         "head_ttft_passes_max": max(head_wait, default=None),
         "head_ttft_bound_passes": ttft_bound_passes(cfg, max_len, max_out),
         "prefill_passes": stats.prefill_passes,
-        "mean_prefill_fill": stats.fill_sum / stats.prefill_passes if stats.prefill_passes else None,
+        "mean_prefill_fill": stats.fill_sum / stats.prefill_passes
+        if stats.prefill_passes
+        else None,
         "decode_only_passes": stats.decode_only_passes,
         "prefill_passes_interrupting_decode": stats.interrupting,
         "underfull_interrupting": sum(stats.underfull_interrupting.values()),
