@@ -78,16 +78,12 @@ def _table(reports: list[ConformanceReport]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        from densegate.impl.policies import POLICIES
-        from densegate.testing.conformance import (
-            DEFAULT_MAX_EXAMPLES,
-            check_gate,
-            format_violation,
-        )
-    except ModuleNotFoundError as e:  # hypothesis is a test extra
-        print(f"densegate conform: needs {e.name}: pip install 'densegate[test]'", file=sys.stderr)
-        return 2
+    from densegate.impl.policies import POLICIES
+    from densegate.testing.conformance import (
+        DEFAULT_MAX_EXAMPLES,
+        check_gate,
+        format_violation,
+    )
 
     def usage(message: str) -> int:
         print(f"densegate conform: {message}", file=sys.stderr)
