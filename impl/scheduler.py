@@ -228,33 +228,47 @@ class Scheduler:
         """Steps 1-3 of the module docstring; only step 1 (decode slots) mutates state."""
         cfg = self.config
         bm = self.blocks
+        block_size = bm.block_size
         running = self.running
         decodes: list[Request] = []
         preempted: list[Request] = []
+        owed: list[Request] = []  # running but not decoding: prefill still owed
+        # One pass over the running list, reading each request's fields once
+        # (the properties num_tokens / is_decoding / remaining_prefill cost a
+        # call each), and calling the block manager only when a decode crosses
+        # into a new block (1 pass in block_size).
         i = 0
         while i < len(running):
             r = running[i]
-            if not r.is_decoding:
+            out = r.output_token_ids
+            n = len(r.prompt_token_ids) + len(out)
+            if not out or r.num_computed != n - 1:
+                owed.append(r)
                 i += 1
                 continue
-            while len(r.block_table) * bm.block_size < r.num_tokens and bm.num_free == 0:
-                victim = running[-1]
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is r:
-                    break
-            if r.status is RequestStatus.RUNNING:
-                bm.allocate(r.block_table, r.num_tokens)
-                decodes.append(r)
-                i += 1
+            table = r.block_table
+            if len(table) * block_size < n:
+                while bm.num_free == 0:
+                    victim = running[-1]
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is r:
+                        break
+                if r.status is not RequestStatus.RUNNING:
+                    continue  # r preempted itself: it was the last one
+                bm.allocate(table, n)
+            decodes.append(r)
+            i += 1
         budget = cfg.max_num_batched_tokens - len(decodes)
         cap = self._cap
         partials: list[tuple[Request, int]] = []
         planned = 0
-        for r in running:
+        # Preemption takes running[-1], always at or after i: every request in
+        # owed is still running, in running-list order.
+        for r in owed:
             if budget == 0:
                 break
-            left = r.remaining_prefill
+            left = r.num_tokens - r.num_computed
             if left:
                 n = min(left, cap, budget)
                 partials.append((r, n))
@@ -313,10 +327,12 @@ class Scheduler:
                 batch.prefills.append(self._prefill_chunk(r, n))
                 prefill_tokens += n
             self._mark_head(self._pass + 1)
+        decoded = batch.decodes
         for r in plan.decodes:
+            # A decoding request feeds its last token: output_token_ids[-1].
             pos = r.num_computed
-            batch.decodes.append(
-                SeqChunk(r.seq_id, (r.token(pos),), pos, r.block_table, False, True)
+            decoded.append(
+                SeqChunk(r.seq_id, (r.output_token_ids[-1],), pos, r.block_table, False, True)
             )
             r.num_computed = pos + 1
         self.counters.passes += 1
@@ -355,6 +371,7 @@ class Scheduler:
     def update(self, batch: ScheduledBatch, tokens: Iterable[int], now: float) -> list[Request]:
         """Append the sampled tokens; return the requests that got one, in batch order."""
         got: list[Request] = []
+        finished = False
         it = iter(tokens)
         for chunks in (batch.prefills, batch.decodes):
             for c in chunks:
@@ -371,9 +388,12 @@ class Scheduler:
                     r.first_token_time = now
                 if len(r.output_token_ids) >= r.max_tokens:
                     self._finish(r, batch.index, now)
+                    finished = True
                 got.append(r)
         if next(it, None) is not None:
             raise ValueError(f"runner returned too many tokens for pass {batch.index}")
+        if finished:  # one sweep, not a list.remove per finished request
+            self.running[:] = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return got
 
     # -- helpers ----------------------------------------------------------------------
@@ -404,7 +424,7 @@ class Scheduler:
             self.waiting[0].head_pass = self._pass if at is None else at
 
     def _finish(self, r: Request, index: int, now: float) -> None:
-        self.running.remove(r)
+        """End ``r``; ``update`` drops it from the running list in one sweep."""
         self.blocks.free(r.block_table)
         r.status = RequestStatus.FINISHED
         r.finish_reason = "length"

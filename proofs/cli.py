@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "prove": "densegate.proofs.prove_cmd",
     "run": "densegate.impl.run_cmd",
     "conform": "densegate.testing.conform_cmd",
+    "bench": "densegate.impl.bench_cmd",
 }
 """subcommand -> module; later subcommands register here."""
 

@@ -1,0 +1,544 @@
+"""Side-by-side policy benchmark: the same seeded workloads through the engine, once per policy.
+
+What the gate is for is visible only against the policies engines use today,
+on the same requests. Each workload is replayed through ``run_trace`` (so the
+figures are ``summarize``'s, not re-implemented) once per policy; the only
+figures added here come from the per-pass records: the share of decode work in
+decode-only passes (the ones a GPU runs as a CUDA graph) and the prefill fill
+of every prefill pass, for the histogram.
+
+The policies and how they differ (the scheduler, token budget, sequence slots
+and KV cache are the same for all four; our scheduler always runs decodes
+first and puts prefill in the same pass):
+
+- ``densegate``: ``PrefillGate``, chunked prefill on, no per-request chunk cap.
+- ``original``: ``OriginalPolicy`` (the seed change's gate, flaws kept), fed
+  the scheduler's raw counts; otherwise as ``densegate``.
+- ``legacy``: no gate (``LegacyPolicy``: admit whenever anything fits) and
+  chunked prefill off: whole prompts, FCFS, the head blocking when it does not
+  fit the pass, as vLLM v0 admitted prompts. Unlike v0's prefill-first steps,
+  the decodes still run in the same pass.
+- ``vllm-v1``: no gate, chunked prefill on, no per-request chunk cap: vLLM v1's
+  default (decode first, then chunked prefill; its ``long_prefill_token_threshold``
+  stays 0 unless ``max_num_partial_prefills > 1``). It is ``densegate`` with the
+  gate off, so the two columns isolate what the gate does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from densegate.impl.engine import Engine, EngineConfig
+from densegate.impl.gate import GateConfig, PrefillGate
+from densegate.impl.policies import GatePolicy, LegacyPolicy, OriginalPolicy
+from densegate.impl.run import run_trace, summarize
+from densegate.impl.workload import TraceRequest, synthetic_trace
+
+__all__ = [
+    "BENCH_POLICIES",
+    "WORKLOADS",
+    "BenchPolicy",
+    "BenchResult",
+    "Check",
+    "PolicyRun",
+    "Workload",
+    "WorkloadRun",
+    "bench_config",
+    "format_tables",
+    "run_bench",
+    "run_policy",
+    "write_plots",
+]
+
+MAX_MODEL_LEN = 2048
+MAX_NUM_SEQS = 128
+TOKEN_BUDGET = MAX_MODEL_LEN + MAX_NUM_SEQS
+"""Tokens per pass, shared by every policy: whole prompts (``legacy``) must fit a pass
+beside a full set of decodes, or a long prompt would wait for decodes to drain
+(vLLM v0 ran prefill-only steps, so any prompt fitted its budget)."""
+
+
+# -- workloads ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Workload:
+    """A seeded trace generator and its default size (sized to run in seconds, null runner)."""
+
+    name: str
+    description: str
+    requests: int
+    make: Callable[[int, int], list[TraceRequest]]
+    """``make(n, seed)``: the trace; the same arguments give the same trace."""
+
+    def trace(self, seed: int, requests: int | None = None) -> list[TraceRequest]:
+        return self.make(self.requests if requests is None else requests, seed)
+
+
+def _steady(n: int, seed: int) -> list[TraceRequest]:
+    return synthetic_trace(
+        n,
+        seed,
+        rate=0.6,
+        prompt_median=256,
+        prompt_sigma=0.4,
+        output_median=128,
+        output_sigma=0.4,
+        max_model_len=MAX_MODEL_LEN,
+    )
+
+
+def _chat(n: int, seed: int) -> list[TraceRequest]:
+    return synthetic_trace(n, seed, rate=0.6, max_model_len=MAX_MODEL_LEN)
+
+
+def _long_prompt(n: int, seed: int) -> list[TraceRequest]:
+    return synthetic_trace(
+        n,
+        seed,
+        rate=0.35,
+        prompt_median=1024,
+        prompt_sigma=0.5,
+        output_median=64,
+        output_sigma=0.6,
+        max_model_len=MAX_MODEL_LEN,
+    )
+
+
+def _bursty(n: int, seed: int, burst: int = 12, rate: float = 0.6) -> list[TraceRequest]:
+    """Chat-like lengths; arrivals in bursts of about ``burst`` at once, ``rate`` on average."""
+    lengths = synthetic_trace(n, seed, rate=rate, max_model_len=MAX_MODEL_LEN)
+    rng = random.Random(f"bursty:{seed}")
+    out: list[TraceRequest] = []
+    t = 0.0
+    while len(out) < n:
+        t += rng.expovariate(rate / burst)
+        for _ in range(min(n - len(out), rng.randint(burst // 2, burst + burst // 2))):
+            r = lengths[len(out)]
+            out.append(TraceRequest(int(t), r.prompt_len, r.output_len))
+    return out
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("steady", "steady Poisson arrivals, moderate lengths", 800, _steady),
+        Workload("bursty", "bursts of ~12 requests at once, chat-like lengths", 800, _bursty),
+        Workload("long-prompt", "long-prompt heavy: ~1k-token prompts, short answers", 500,
+                 _long_prompt),
+        Workload("chat", "chat-like: Poisson arrivals, long-tailed lengths", 800, _chat),
+    )
+}  # fmt: skip
+"""The default workloads, in table order."""
+
+
+# -- policies -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchPolicy:
+    """A gate and the scheduler settings it is benchmarked with."""
+
+    name: str
+    description: str
+    gate: Callable[[GateConfig], GatePolicy]
+    chunked_prefill: bool = True
+    gated: bool = True
+
+    def config(self, base: EngineConfig) -> EngineConfig:
+        return dataclasses.replace(
+            base, enable_chunked_prefill=self.chunked_prefill, gate_enabled=self.gated
+        )
+
+
+BENCH_POLICIES: dict[str, BenchPolicy] = {
+    p.name: p
+    for p in (
+        BenchPolicy("densegate", "PrefillGate; chunked prefill", PrefillGate),
+        BenchPolicy("original", "the seed change's gate (raw counts); chunked prefill",
+                    OriginalPolicy),
+        BenchPolicy("legacy", "no gate; whole prompts (chunked prefill off), the v0 way",
+                    LegacyPolicy, chunked_prefill=False, gated=False),
+        BenchPolicy("vllm-v1", "no gate; decode first, chunked prefill (v1 default)",
+                    LegacyPolicy, gated=False),
+    )
+}  # fmt: skip
+"""The benchmarked policies, in column order (see the module docstring)."""
+
+
+def bench_config(runner: str = "null", device: str = "cpu") -> EngineConfig:
+    """The scheduler every policy shares before its own settings are applied."""
+    return EngineConfig(
+        max_num_seqs=MAX_NUM_SEQS,
+        max_num_batched_tokens=TOKEN_BUDGET,
+        block_size=16,
+        num_blocks=8192,
+        max_model_len=MAX_MODEL_LEN,
+        max_hold_passes=30,
+        runner=runner,
+        device=device,
+    )
+
+
+# -- one run ----------------------------------------------------------------------------
+class _PassFigures:
+    """What ``PassStats`` does not keep: decode tokens by pass kind, and every fill."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._log = engine.scheduler.pass_log
+        self._dense = engine.config.dense
+        self.decode_tokens = 0
+        self.decode_only_tokens = 0
+        self.fills: list[float] = []
+
+    def __call__(self, _passes: int) -> None:
+        rec = self._log[-1]
+        self.decode_tokens += rec.decode_seqs
+        if rec.prefill_tokens:
+            self.fills.append(min(1.0, rec.prefill_tokens / self._dense))
+        else:
+            self.decode_only_tokens += rec.decode_seqs
+
+
+@dataclass
+class PolicyRun:
+    """One policy over one workload: the table's figures, ``summarize``'s dict, the raw series."""
+
+    policy: str
+    figures: dict[str, Any]
+    summary: dict[str, Any]
+    ttft_passes: list[int] = field(repr=False)
+    fills: list[float] = field(repr=False)
+
+
+def run_policy(
+    trace: Sequence[TraceRequest],
+    policy: BenchPolicy,
+    base: EngineConfig,
+    seed: int = 0,
+) -> PolicyRun:
+    """Replay ``trace`` through a fresh engine with ``policy``."""
+    cfg = policy.config(base)
+    engine = Engine(cfg, gate=policy.gate(cfg.gate_config()))
+    extra = _PassFigures(engine)
+    t0 = time.perf_counter()
+    stats = run_trace(engine, trace, seed, extra)
+    s = summarize(engine, stats, time.perf_counter() - t0)
+    metrics = engine.all_metrics()
+    ttft_p = [m.ttft_passes for m in metrics if m.ttft_passes is not None]
+    timed = cfg.runner != "null"
+    ttft_ms = [1e3 * m.ttft_s for m in metrics if m.ttft_s is not None]
+    engine_s = engine.scheduler_seconds + engine.runner_seconds
+    last_arrival = max((m.arrival_pass for m in metrics), default=-1)
+    passes = max(s["passes"], 1)
+    figures: dict[str, Any] = {
+        "requests": s["requests"],
+        "finished": s["finished"],
+        "passes": s["passes"],
+        "drain_passes": s["passes"] - (last_arrival + 1),
+        "underfull_interrupting": s["underfull_interrupting"],
+        "underfull_interrupting_share": s["underfull_interrupting"] / passes,
+        "underfull_interrupting_by_reason": s["underfull_interrupting_by_reason"],
+        "prefill_passes": s["prefill_passes"],
+        "mean_prefill_fill": s["mean_prefill_fill"],
+        "decode_tokens": extra.decode_tokens,
+        "decode_tokens_in_decode_only_share": (
+            extra.decode_only_tokens / extra.decode_tokens if extra.decode_tokens else None
+        ),
+        "ttft_passes": s["ttft_passes"],
+        "ttft_ms": {**s["ttft_ms"], "max": max(ttft_ms, default=None)} if timed else None,
+        "tpot_passes": s["tpot_passes"],
+        "tpot_ms": s["tpot_ms"] if timed else None,
+        "output_tokens": s["output_tokens"],
+        "output_tokens_per_pass": s["output_tokens_per_pass"],
+        # Over the engine's step time (scheduler + runner), not the replay's prompt building.
+        "output_tokens_per_s": s["output_tokens"] / engine_s if timed and engine_s > 0 else None,
+        "scheduler_us_per_pass": s["scheduler_us_per_pass"],
+        "head_ttft_passes_max": s["head_ttft_passes_max"],
+        "head_ttft_bound_passes": s["head_ttft_bound_passes"],
+        "preemptions": s["preemptions"],
+    }
+    return PolicyRun(policy.name, figures, s, ttft_p, extra.fills)
+
+
+# -- the whole benchmark ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Check:
+    """One of issue 6's done criteria, judged on one workload."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class WorkloadRun:
+    workload: str
+    description: str
+    requests: int
+    runs: dict[str, PolicyRun]
+
+    def checks(self) -> list[Check]:
+        """The done criteria that the policies present allow judging."""
+        out = [
+            Check(
+                "every request finished under every policy",
+                all(r.figures["finished"] == r.figures["requests"] for r in self.runs.values()),
+                ", ".join(
+                    f"{p} {r.figures['finished']}/{r.figures['requests']}"
+                    for p, r in self.runs.items()
+                ),
+            )
+        ]
+        d = self.runs.get("densegate")
+        if d is None:
+            return out
+        f = d.figures
+        for other in ("legacy", "vllm-v1"):
+            if other in self.runs:
+                o = self.runs[other].figures["underfull_interrupting"]
+                out.append(
+                    Check(
+                        f"densegate has fewer under-full interrupting prefill passes than {other}",
+                        f["underfull_interrupting"] < o,
+                        f"{f['underfull_interrupting']} vs {o}",
+                    )
+                )
+        head, bound = f["head_ttft_passes_max"], f["head_ttft_bound_passes"]
+        out.append(
+            Check(
+                "densegate head-of-queue TTFT max within the proved bound",
+                head is None or head <= bound,
+                f"{head} <= {bound} passes",
+            )
+        )
+        if "legacy" in self.runs:
+            lg = self.runs["legacy"].figures["output_tokens_per_pass"]
+            dg = f["output_tokens_per_pass"]
+            out.append(
+                Check(
+                    "densegate output tokens per pass not below legacy",
+                    dg >= lg,
+                    f"{dg:.2f} vs {lg:.2f} ({100 * (dg / lg - 1):+.1f}%)",
+                )
+            )
+        return out
+
+
+@dataclass
+class BenchResult:
+    runner: str
+    seed: int
+    config: dict[str, Any]
+    workloads: dict[str, WorkloadRun]
+    wall_s: float
+
+    @property
+    def drained(self) -> bool:
+        return all(
+            r.figures["finished"] == r.figures["requests"]
+            for w in self.workloads.values()
+            for r in w.runs.values()
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready: the config, then per workload and policy the figures and the summary."""
+        return {
+            "runner": self.runner,
+            "seed": self.seed,
+            "config": self.config,
+            "policies": {
+                p: {
+                    "description": BENCH_POLICIES[p].description,
+                    "enable_chunked_prefill": BENCH_POLICIES[p].chunked_prefill,
+                }
+                for p in next(iter(self.workloads.values())).runs
+            }
+            if self.workloads
+            else {},
+            "workloads": {
+                name: {
+                    "description": w.description,
+                    "requests": w.requests,
+                    "policies": {
+                        p: {"figures": r.figures, "summary": r.summary} for p, r in w.runs.items()
+                    },
+                    "checks": [dataclasses.asdict(c) for c in w.checks()],
+                }
+                for name, w in self.workloads.items()
+            },
+            "wall_s": self.wall_s,
+        }
+
+
+def run_bench(
+    workloads: Sequence[str] = tuple(WORKLOADS),
+    policies: Sequence[str] = tuple(BENCH_POLICIES),
+    *,
+    runner: str = "null",
+    seed: int = 0,
+    requests: int | None = None,
+    device: str = "cpu",
+    progress: Callable[[str], None] | None = None,
+) -> BenchResult:
+    """Every workload through every policy; ``requests`` overrides each workload's size."""
+    for name in workloads:
+        if name not in WORKLOADS:
+            raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    for name in policies:
+        if name not in BENCH_POLICIES:
+            raise ValueError(f"unknown policy {name!r}; choose from {', '.join(BENCH_POLICIES)}")
+    if requests is not None and requests < 1:
+        raise ValueError(f"requests must be >= 1, got {requests}")
+    base = bench_config(runner, device)
+    t0 = time.perf_counter()
+    out: dict[str, WorkloadRun] = {}
+    for wname in workloads:
+        wl = WORKLOADS[wname]
+        trace = wl.trace(seed, requests)
+        runs: dict[str, PolicyRun] = {}
+        for pname in policies:
+            t = time.perf_counter()
+            runs[pname] = run_policy(trace, BENCH_POLICIES[pname], base, seed)
+            if progress is not None:
+                progress(
+                    f"{wname} / {pname}: {runs[pname].figures['passes']} passes, "
+                    f"{time.perf_counter() - t:.1f} s"
+                )
+        out[wname] = WorkloadRun(wname, wl.description, len(trace), runs)
+    config = {
+        k: v
+        for k, v in dataclasses.asdict(base).items()
+        if k not in ("model", "enable_chunked_prefill", "gate_enabled")
+    }
+    config["dense_tokens"] = base.dense
+    return BenchResult(runner, seed, config, out, time.perf_counter() - t0)
+
+
+# -- output ---------------------------------------------------------------------------
+def _num(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        if x != x:
+            return "-"
+        if abs(x) >= 1000:
+            return f"{x:.0f}"
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def _pcts(d: dict[str, Any] | None, keys: Sequence[str]) -> str:
+    if d is None:
+        return "-"
+    return " / ".join(_num(d.get(k)) for k in keys)
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str], bool], ...] = (
+    ("passes to drain", lambda f: _num(f["passes"]), False),
+    ("  of which after the last arrival", lambda f: _num(f["drain_passes"]), False),
+    ("under-full prefill passes interrupting decode (% of passes)",
+     lambda f: f"{f['underfull_interrupting']} ({_share(f['underfull_interrupting_share'])})",
+     False),
+    ("mean prefill fill (of dense_tokens)", lambda f: _num(f["mean_prefill_fill"]), False),
+    ("decode tokens in decode-only (graph-eligible) passes",
+     lambda f: _share(f["decode_tokens_in_decode_only_share"]), False),
+    ("TTFT passes p50 / p99 / max", lambda f: _pcts(f["ttft_passes"], ("p50", "p99", "max")),
+     False),
+    ("TTFT ms p50 / p99 / max", lambda f: _pcts(f["ttft_ms"], ("p50", "p99", "max")), True),
+    ("TPOT passes p50 / p99", lambda f: _pcts(f["tpot_passes"], ("p50", "p99")), False),
+    ("TPOT ms p50 / p99", lambda f: _pcts(f["tpot_ms"], ("p50", "p99")), True),
+    ("output tokens per pass", lambda f: _num(f["output_tokens_per_pass"], 4), False),
+    ("output tokens per s", lambda f: _num(f["output_tokens_per_s"]), True),
+    ("scheduler us per pass", lambda f: _num(f["scheduler_us_per_pass"]), False),
+    ("head TTFT max / proved bound (passes)",
+     lambda f: f"{_num(f['head_ttft_passes_max'])} / {f['head_ttft_bound_passes']}", False),
+)  # fmt: skip
+"""Table rows: label, cell, and whether the row needs wall-clock times (torch runner)."""
+
+
+def format_tables(result: BenchResult) -> str:
+    """One Markdown table per workload (rows: figures, columns: policies), then its checks."""
+    timed = result.runner != "null"
+    cfg = result.config
+    lines = [
+        f"densegate bench: runner {result.runner}, seed {result.seed}; max_num_seqs "
+        f"{cfg['max_num_seqs']}, {cfg['max_num_batched_tokens']} tokens per pass, "
+        f"dense_tokens {cfg['dense_tokens']}, max_hold_passes {cfg['max_hold_passes']}, "
+        f"{cfg['num_blocks']} KV blocks of {cfg['block_size']}",
+    ]
+    for w in result.workloads.values():
+        names = list(w.runs)
+        lines += ["", f"### {w.workload}: {w.description} ({w.requests} requests)", ""]
+        lines.append("| figure | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---:|" * len(names))
+        for label, cell, needs_time in ROWS:
+            if needs_time and not timed:
+                continue
+            lines.append(
+                f"| {label} | " + " | ".join(cell(w.runs[p].figures) for p in names) + " |"
+            )
+        lines.append("")
+        for c in w.checks():
+            lines.append(f"- [{'x' if c.ok else ' '}] {c.name}: {c.detail}")
+    lines += ["", f"wall: {result.wall_s:.1f} s"]
+    return "\n".join(lines)
+
+
+def write_plots(result: BenchResult, directory: str | Path) -> list[Path]:
+    """Per workload: ``ttft_cdf_<w>.png`` (TTFT CDF per policy), ``prefill_fill_<w>.png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(directory)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    styles = ("-", "--", "-.", ":")  # policies that behave alike stay visible
+    for w in result.workloads.values():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for k, (p, r) in enumerate(w.runs.items()):
+            xs = sorted(r.ttft_passes)
+            if xs:
+                ys = [(i + 1) / len(xs) for i in range(len(xs))]
+                ax.step(xs, ys, where="post", label=p, linestyle=styles[k % len(styles)])
+        ax.set_xscale("log")
+        ax.set_xlabel("time to first token (passes)")
+        ax.set_ylabel("fraction of requests")
+        ax.set_title(f"TTFT CDF: {w.workload} ({w.requests} requests, runner {result.runner})")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        path = out_dir / f"ttft_cdf_{w.workload}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        bins = [i / 20 for i in range(21)]
+        for k, (p, r) in enumerate(w.runs.items()):
+            if r.fills:
+                ax.hist(
+                    r.fills,
+                    bins=bins,
+                    histtype="step",
+                    linewidth=1.5,
+                    linestyle=styles[k % len(styles)],
+                    label=p,
+                )
+        ax.set_xlabel("prefill fill (prefill tokens / dense_tokens, capped at 1)")
+        ax.set_ylabel("prefill passes")
+        ax.set_title(f"Prefill fill: {w.workload} ({w.requests} requests)")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        path = out_dir / f"prefill_fill_{w.workload}.png"
+        fig.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+    return written
