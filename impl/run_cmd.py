@@ -29,6 +29,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", help="torch dtype (default float32)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    dp = p.add_argument_group("data parallel")
+    dp.add_argument(
+        "--dp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run N data-parallel ranks as local processes (gloo) with one aligned gate, "
+        "then the same workload uncoordinated for comparison (default 1: no DP; under "
+        "torchrun use python -m densegate.impl.dp_run)",
+    )
+    dp.add_argument(
+        "--router",
+        choices=["round-robin", "least-loaded"],
+        default="round-robin",
+        help="how requests are assigned to ranks (default round-robin)",
+    )
+    dp.add_argument(
+        "--dp-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a collective slower than this means a rank is gone (default 30)",
+    )
     g = p.add_argument_group("scheduler")
     g.add_argument("--max-num-seqs", type=int, default=128)
     g.add_argument("--max-num-batched-tokens", type=int, default=2048)
@@ -65,6 +88,13 @@ def main(args: argparse.Namespace) -> int:
     from densegate.impl.engine import Engine
     from densegate.impl.workload import dump_trace, load_trace, synthetic_trace
 
+    if args.dp < 1:
+        print(f"densegate run: --dp must be >= 1, got {args.dp}", file=sys.stderr)
+        return 2
+    if args.dp > 1:
+        from densegate.impl.dp_run import run_dp
+
+        return run_dp(args)
     try:
         if args.trace:
             trace = load_trace(args.trace)

@@ -1,0 +1,622 @@
+"""One data-parallel rank: plan, one all-reduce, the shared decision, commit, run.
+
+A prefill on one rank stalls every rank in the step's collectives, so the ranks
+take ONE prefill decision per tick. Each tick every rank plans its pass, sends a
+small int vector through one ``all_reduce(SUM)`` and feeds the reduced vector
+and the tick number (never a clock) to its copy of ``AlignedGate``; the copies
+decide alike because their inputs are equal. Ranks keep calling the collective
+while any rank has work, so they also stop on the same tick.
+
+The same vector carries what the runtime needs besides the gate, so a tick costs
+one collective and nothing else (layout below, after the gate's own slots):
+
+- ``ANY_WORK``: ranks holding requests; 0 with no arrivals left ends the phase;
+- ``PREV_PREFILL`` / ``PREV_DECODE_ONLY`` / ``PREV_REASONS``: what each rank's
+  previous pass did, so every rank counts aligned and mixed ticks (and the
+  rules that allowed them) without a second collective;
+- ``LOADS``: one slot per rank (each rank fills its own): tokens the rank
+  still has to compute (waiting prompts, unfinished prefills, one per
+  decoding sequence), for the least-loaded router (``densegate.impl.dp_router``).
+
+A collective that fails or times out means a rank is gone. The survivors ask
+the ``Collective`` who is still alive (and how far each had routed), report
+the requests the router had sent to the dead ranks as lost, route later
+arrivals among themselves, and finish what they hold with their local
+``PrefillGate``, without further collectives (``_RankLoop._fallback``).
+
+This module knows nothing of torch.distributed: a ``Collective`` is anything
+that sums int vectors across ranks (``densegate.impl.dp_run`` has the torch one;
+tests use threads).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from densegate.impl.aligned_gate import (
+    VECTOR_SIZE,
+    AlignedGate,
+    AlignedGateConfig,
+    RankObservation,
+    ReducedObservation,
+)
+from densegate.impl.dp_router import ROUTERS, Router, fallback_route
+from densegate.impl.engine import Engine, EngineConfig
+from densegate.impl.gate import Decision, PrefillGate, Reason
+from densegate.impl.request import RequestStatus
+from densegate.impl.run import PassStats, summarize
+from densegate.impl.scheduler import PassPlan
+from densegate.impl.workload import TraceRequest
+
+__all__ = [
+    "ANY_WORK",
+    "CRASH_EXIT_CODE",
+    "LOADS",
+    "PREV_DECODE_ONLY",
+    "PREV_PREFILL",
+    "PREV_REASONS",
+    "AlignmentStats",
+    "Collective",
+    "CollectiveError",
+    "DPConfig",
+    "Phase",
+    "RankReport",
+    "make_prompts",
+    "phases",
+    "run_rank",
+    "vector_size",
+]
+
+log = logging.getLogger("densegate.dp")
+
+_REASONS: tuple[Reason, ...] = tuple(Reason)
+ANY_WORK = VECTOR_SIZE
+PREV_PREFILL = VECTOR_SIZE + 1
+PREV_DECODE_ONLY = VECTOR_SIZE + 2
+PREV_REASONS = VECTOR_SIZE + 3
+"""``len(Reason)`` slots: ranks whose previous pass prefilled, per decision reason."""
+LOADS = PREV_REASONS + len(_REASONS)
+"""``world_size`` slots: outstanding requests of each rank."""
+
+CRASH_EXIT_CODE = 17
+"""Exit status of a rank killed by the ``DPConfig.crash`` test hook."""
+
+COORDINATIONS = ("aligned", "local")
+
+
+def vector_size(world_size: int) -> int:
+    """Length of the per-tick vector for ``world_size`` ranks."""
+    return LOADS + world_size
+
+
+class CollectiveError(RuntimeError):
+    """The collective failed or timed out: some rank is gone."""
+
+
+class Collective(Protocol):
+    """Sums int vectors across the ranks of one group; raises ``CollectiveError`` on failure."""
+
+    def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
+        """Element-wise sum over every rank. ``first``: the first call of a phase (ranks
+        may still be building their models, so a longer timeout may apply)."""
+        ...
+
+    def survivors(self, routed: int) -> dict[int, int]:
+        """After a failure: every rank known to be alive -> how many arrivals it had routed.
+
+        ``routed`` is this rank's count, published for the others; waits at most
+        a grace period for ranks that are slow to notice the failure."""
+        ...
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """Everything every rank must agree on, besides the trace.
+
+    ``baselines`` adds two uncoordinated phases after the coordinated one, on
+    the null runner (scheduling does not depend on token values): every rank
+    with its gate off, and every rank with its own local gate. Both still
+    all-reduce every tick, so their mixed ticks are counted the same way.
+    ``crash`` = ``(rank, tick)`` (a test hook) makes that rank exit abruptly
+    at that tick of the first phase; ``crash_mode`` "hang" makes it stall
+    instead, to exercise the timeout rather than a closed connection.
+    """
+
+    engine: EngineConfig
+    router: str = "round-robin"
+    timeout_s: float = 30.0
+    startup_timeout_s: float = 300.0
+    target_fill: float = 1.0
+    stall_ticks: int = 0
+    kv_pressure_valve: bool = False
+    kv_high_watermark: float = 0.9
+    seed: int = 0
+    baselines: bool = True
+    keep_outputs: bool = False
+    crash: tuple[int, int] | None = None
+    crash_mode: str = "exit"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, EngineConfig):
+            raise TypeError(f"DPConfig.engine must be an EngineConfig, got {self.engine!r}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"DPConfig.router must be one of {ROUTERS}, got {self.router!r}")
+        for name in ("timeout_s", "startup_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ValueError(f"DPConfig.{name} must be a number > 0, got {v!r}")
+        if not 0 < self.kv_high_watermark <= 1:
+            raise ValueError(
+                f"DPConfig.kv_high_watermark must be in (0, 1], got {self.kv_high_watermark!r}"
+            )
+        if self.crash_mode not in ("exit", "hang"):
+            raise ValueError(
+                f"DPConfig.crash_mode must be 'exit' or 'hang', got {self.crash_mode!r}"
+            )
+        # Raises on bad gate parameters before any process starts.
+        self.gate_config(self.engine)
+
+    def gate_config(self, engine: EngineConfig) -> AlignedGateConfig:
+        return AlignedGateConfig(
+            engine.dense,
+            engine.max_hold_passes,
+            engine.gate_enabled,
+            self.target_fill,
+            self.stall_ticks,
+            self.kv_pressure_valve,
+        )
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One pass over the trace: how the ranks decide, and on which engine."""
+
+    name: str
+    coordination: str
+    engine: EngineConfig
+
+
+def phases(config: DPConfig) -> list[Phase]:
+    """The coordinated run, then (if ``baselines``) the two uncoordinated ones."""
+    out = [Phase("coordinated", "aligned", config.engine)]
+    if config.baselines:
+        null = dataclasses.replace(config.engine, runner="null", model=None)
+        out.append(
+            Phase("uncoordinated_gate_off", "local", dataclasses.replace(null, gate_enabled=False))
+        )
+        out.append(
+            Phase("uncoordinated_local_gate", "local", dataclasses.replace(null, gate_enabled=True))
+        )
+    return out
+
+
+def make_prompts(trace: Sequence[TraceRequest], seed: int, vocab: int) -> list[list[int]]:
+    """Prompt ids in arrival order, drawn exactly as ``run_trace`` draws them.
+
+    So request ``i`` of a DP run has the very prompt request ``i`` of a
+    single-rank ``run_trace`` of the same trace and seed has.
+    """
+    rng = random.Random(seed)
+    ordered = sorted(trace, key=lambda r: r.arrival_pass)
+    return [[rng.randrange(vocab) for _ in range(r.prompt_len)] for r in ordered]
+
+
+@dataclass
+class AlignmentStats:
+    """How the ranks' passes lined up, tick by tick (identical on every rank).
+
+    A *mixed* tick has some rank prefilling while another only decodes: the
+    decoding ranks wait on the prefilling one in the step's collectives.
+    ``mixed_by_reason`` counts, per decision reason of a prefilling rank, the
+    mixed ticks it appears in (uncoordinated ranks may differ within a tick).
+    """
+
+    ticks: int = 0
+    prefill_ticks: int = 0
+    """Ticks where at least one rank prefilled."""
+    aligned_prefill_ticks: int = 0
+    """Prefill ticks where no rank only decoded: the ranks prefilled together."""
+    all_ranks_prefill_ticks: int = 0
+    """Prefill ticks where every rank prefilled."""
+    mixed_ticks: int = 0
+    stalled_rank_ticks: int = 0
+    """Sum over mixed ticks of the ranks that only decoded."""
+    mixed_by_reason: collections.Counter[str] = field(default_factory=collections.Counter)
+
+    def observe(
+        self, world_size: int, prefilled: int, decode_only: int, reasons: Sequence[int]
+    ) -> None:
+        self.ticks += 1
+        if not prefilled:
+            return
+        self.prefill_ticks += 1
+        self.all_ranks_prefill_ticks += prefilled == world_size
+        if not decode_only:
+            self.aligned_prefill_ticks += 1
+            return
+        self.mixed_ticks += 1
+        self.stalled_rank_ticks += decode_only
+        for reason, n in zip(_REASONS, reasons, strict=True):
+            if n:
+                self.mixed_by_reason[reason.name] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["mixed_by_reason"] = dict(sorted(self.mixed_by_reason.items()))
+        return d
+
+
+@dataclass
+class RankReport:
+    """One rank's account of one phase; JSON-ready through ``as_dict``/``from_dict``.
+
+    ``decisions`` holds ``(tick, fire, reason)`` for every coordinated tick;
+    every rank of a healthy aligned phase holds the same list. Decisions taken
+    alone after a failure go to ``local_decisions``. ``assignment`` is the
+    whole routing (request id -> rank) every rank computed alike.
+    """
+
+    rank: int
+    world_size: int
+    phase: str
+    coordination: str
+    gate: str
+    runner: str
+    router: str
+    decisions: list[tuple[int, bool, str]] = field(default_factory=list)
+    local_decisions: list[tuple[int, bool, str]] = field(default_factory=list)
+    assignment: dict[str, int] = field(default_factory=dict)
+    finished: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    unfinished: list[str] = field(default_factory=list)
+    alignment: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+    failure: dict[str, Any] | None = None
+    outputs: dict[str, list[int]] | None = None
+    ticks: int = 0
+    wall_s: float = 0.0
+    collective_ms_per_tick: float = 0.0
+
+    @property
+    def assigned(self) -> list[str]:
+        """Requests the router sent to this rank."""
+        return [rid for rid, r in self.assignment.items() if r == self.rank]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RankReport:
+        d = dict(d)
+        for key in ("decisions", "local_decisions"):
+            d[key] = [(int(t), bool(f), str(r)) for t, f, r in d.get(key, [])]
+        return cls(**d)
+
+
+_FIGURES = (
+    "requests",
+    "finished",
+    "passes",
+    "prompt_tokens",
+    "output_tokens",
+    "prefill_passes",
+    "mean_prefill_fill",
+    "decode_only_passes",
+    "prefill_passes_interrupting_decode",
+    "underfull_interrupting",
+    "ttft_passes",
+    "preemptions",
+    "runner_ms_per_pass",
+)
+
+
+class _RankLoop:
+    """The tick loop of one rank over one phase."""
+
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        phase: Phase,
+        phase_index: int,
+        trace: list[tuple[int, TraceRequest]],
+        prompts: list[list[int]],
+        config: DPConfig,
+        collective: Collective,
+        on_crash: Callable[[str], None],
+    ) -> None:
+        self.rank = rank
+        self.world = world
+        self.phase = phase
+        self.phase_index = phase_index
+        self.trace = trace
+        self.prompts = prompts
+        self.config = config
+        self.collective = collective
+        self.on_crash = on_crash
+        self.engine = Engine(phase.engine)
+        self.sched = self.engine.scheduler
+        self.gate = AlignedGate(config.gate_config(phase.engine), world)
+        self.local_gate = PrefillGate(phase.engine.gate_config())
+        self.router = Router(config.router, world)
+        self.least_loaded = config.router == "least-loaded"
+        self.stats = PassStats(phase.engine.dense)
+        self.align = AlignmentStats()
+        self.kv_high = config.kv_high_watermark * phase.engine.num_blocks
+        self.report = RankReport(
+            rank,
+            world,
+            phase.name,
+            phase.coordination,
+            "on" if phase.engine.gate_enabled else "off",
+            phase.engine.runner,
+            config.router,
+        )
+        self.next = 0  # index into trace of the next unrouted arrival
+        self.added: set[str] = set()
+        self.collective_s = 0.0
+        self.collective_calls = 0
+
+    # -- arrivals -----------------------------------------------------------------------
+    def _add(self, idx: int, req: TraceRequest) -> None:
+        self.engine.add_request(self.prompts[idx], req.output_len, request_id=str(idx))
+        self.added.add(str(idx))
+
+    def _route(self, tick: int, bring_forward: bool) -> None:
+        """Route every arrival due at ``tick`` (and one more if the group is idle)."""
+        trace = self.trace
+        while self.next < len(trace) and (
+            trace[self.next][1].arrival_pass <= tick or bring_forward
+        ):
+            idx, req = trace[self.next]
+            target = self.router.route(req.prompt_len)
+            self.report.assignment[str(idx)] = target
+            if target == self.rank:
+                self._add(idx, req)
+            self.next += 1
+            bring_forward = False
+
+    # -- one pass -----------------------------------------------------------------------
+    def _vector(self, plan: PassPlan, prev: tuple[bool, bool, Reason | None]) -> list[int]:
+        sched = self.sched
+        used = sched.config.num_blocks - sched.blocks.num_free
+        obs = RankObservation(
+            plan.waiting_tokens, plan.decode_seqs, used >= self.kv_high, bool(plan.partials)
+        )
+        vec = self.gate.contribution(obs)
+        prefilled, decode_only, reason = prev
+        vec += [int(sched.has_work()), int(prefilled), int(decode_only)]
+        vec += [int(prefilled and reason is r) for r in _REASONS]
+        loads = [0] * self.world
+        if self.least_loaded:  # O(queue); round-robin needs no loads
+            loads[self.rank] = sum(r.num_tokens - r.num_computed for r in sched.waiting) + sum(
+                r.num_tokens - r.num_computed for r in sched.running
+            )
+        return vec + loads
+
+    def _execute(self, plan: PassPlan, decision: Decision) -> tuple[bool, bool, Reason]:
+        engine = self.engine
+        t0 = time.perf_counter()
+        batch = self.sched.commit(plan, decision)
+        t1 = time.perf_counter()
+        tokens = engine.runner.execute(batch) if (batch.prefills or batch.decodes) else ()
+        t2 = time.perf_counter()
+        self.sched.update(batch, tokens, t2)
+        t3 = time.perf_counter()
+        engine.scheduler_seconds += (t1 - t0) + (t3 - t2)
+        engine.runner_seconds += t2 - t1
+        self.stats.observe(self.sched.pass_log[-1])
+        return bool(batch.prefills), bool(batch.decodes) and not batch.prefills, decision.reason
+
+    def _local_decision(self, plan: PassPlan) -> Decision:
+        return self.local_gate.decide_counts(plan.waiting_tokens, plan.decode_seqs)
+
+    def _maybe_crash(self, tick: int) -> None:
+        crash = self.config.crash
+        if crash is not None and self.phase_index == 0 and crash == (self.rank, tick):
+            self.on_crash(self.config.crash_mode)
+
+    # -- the loop -----------------------------------------------------------------------
+    def run(self) -> RankReport:
+        t_start = time.perf_counter()
+        world = self.world
+        aligned = self.phase.coordination == "aligned"
+        tick = 0
+        prev: tuple[bool, bool, Reason | None] = (False, False, None)
+        done = False
+        while not done:
+            self._maybe_crash(tick)
+            self._route(tick, False)
+            while True:
+                plan = self.sched.plan()
+                vec = self._vector(plan, prev)
+                t0 = time.perf_counter()
+                try:
+                    total = self.collective.all_reduce_sum(vec, first=self.collective_calls == 0)
+                except CollectiveError as e:
+                    self._fallback(tick, e, time.perf_counter() - t0)
+                    return self._finish(tick, time.perf_counter() - t_start)
+                self.collective_s += time.perf_counter() - t0
+                self.collective_calls += 1
+                if self.align.ticks < tick:  # the first reduce after tick - 1 reports it
+                    self.align.observe(
+                        world,
+                        total[PREV_PREFILL],
+                        total[PREV_DECODE_ONLY],
+                        total[PREV_REASONS:LOADS],
+                    )
+                self.router.observe(total[LOADS : LOADS + world])
+                if total[ANY_WORK]:
+                    break
+                if self.next == len(self.trace):
+                    done = True
+                    break
+                # Every rank is idle: bring the next arrival forward and plan this tick
+                # again (an idle tick would schedule nothing and measure nothing).
+                self._route(tick, True)
+            if done:
+                break
+            if aligned:
+                reduced = ReducedObservation.from_sum(total[:VECTOR_SIZE], world)
+                decision = self.gate.decide(reduced, tick)
+            else:
+                decision = self._local_decision(plan)
+            self.report.decisions.append((tick, decision.fire, decision.reason.name))
+            prev = self._execute(plan, decision)
+            tick += 1
+        return self._finish(tick, time.perf_counter() - t_start)
+
+    def _fallback(self, tick: int, err: Exception, waited_s: float) -> None:
+        """The group is broken: agree on the survivors, then finish alone with the local gate.
+
+        A rank that dies inside a collective may let some survivors complete that
+        tick while others fail it, so survivors can disagree by one tick on which
+        arrivals the shared router already placed. They publish how far they
+        routed; arrivals past the smallest such point are routed again with
+        ``fallback_route``, and a rank withdraws (aborts, still WAITING) any it
+        had taken that now belong to another survivor.
+        """
+        log.warning(
+            "rank %d: collective failed at tick %d after %.2fs (%s); falling back to the "
+            "local gate",
+            self.rank,
+            tick,
+            waited_s,
+            err,
+        )
+        t0 = time.perf_counter()
+        routed = dict(self.collective.survivors(self.next))
+        routed[self.rank] = self.next
+        survivors = sorted(routed)
+        boundary = min(routed.values())
+        dead = sorted(set(range(self.world)) - set(survivors))
+        assignment = self.report.assignment
+        withdrawn = []
+        for pos in range(boundary, self.next):
+            idx = self.trace[pos][0]
+            rid = str(idx)
+            if assignment.pop(rid) != self.rank or fallback_route(idx, survivors) == self.rank:
+                continue
+            if self.engine.request(rid).status is RequestStatus.WAITING:
+                self.engine.abort(rid)
+                self.added.discard(rid)
+                withdrawn.append(rid)
+            else:  # cannot happen (no pass ran since it was routed); keep it rather than lose it
+                assignment[rid] = self.rank
+        self.next = boundary
+        lost = sorted((rid for rid, r in assignment.items() if r in dead), key=int)
+        log.warning(
+            "rank %d: survivors %s, dead %s; %d request(s) lost with the dead: %s",
+            self.rank,
+            survivors,
+            dead,
+            len(lost),
+            lost,
+        )
+        failure: dict[str, Any] = {
+            "tick": tick,
+            "error": str(err)[:300],
+            "detected_after_s": waited_s,
+            "liveness_s": time.perf_counter() - t0,
+            "survivors": survivors,
+            "dead_ranks": dead,
+            "lost_requests": lost,
+            "rerouted_from": boundary,
+            "withdrawn": withdrawn,
+        }
+        self.report.failure = failure
+        trace = self.trace
+        while True:
+            idle = not self.sched.has_work()
+            while self.next < len(trace) and (trace[self.next][1].arrival_pass <= tick or idle):
+                idx, req = trace[self.next]
+                target = fallback_route(idx, survivors)
+                assignment[str(idx)] = target
+                if target == self.rank:
+                    if str(idx) not in self.added:
+                        self._add(idx, req)
+                    idle = False
+                self.next += 1
+            if not self.sched.has_work():
+                break
+            plan = self.sched.plan()
+            decision = self._local_decision(plan)
+            self.report.local_decisions.append((tick, decision.fire, decision.reason.name))
+            self._execute(plan, decision)
+            tick += 1
+        failure["ticks_alone"] = len(self.report.local_decisions)
+        failure["finished_alone_s"] = time.perf_counter() - t0
+
+    def _finish(self, tick: int, wall_s: float) -> RankReport:
+        rep = self.report
+        engine = self.engine
+        for rid, r in rep.assignment.items():
+            if r != self.rank:
+                continue
+            status = engine.request(rid).status
+            if status is RequestStatus.FINISHED:
+                rep.finished.append(rid)
+            elif status is RequestStatus.REJECTED:
+                rep.rejected.append(rid)
+            else:
+                rep.unfinished.append(rid)
+        if self.config.keep_outputs:
+            rep.outputs = {rid: list(engine.request(rid).output_token_ids) for rid in rep.finished}
+        full = summarize(engine, self.stats, wall_s)
+        rep.figures = {k: full[k] for k in _FIGURES}
+        rep.alignment = self.align.as_dict()
+        rep.ticks = tick
+        rep.wall_s = wall_s
+        calls = max(self.collective_calls, 1)
+        rep.collective_ms_per_tick = 1e3 * self.collective_s / calls
+        return rep
+
+
+def _exit_now(mode: str) -> None:
+    """The crash hook's default: die without cleanup, like a killed process."""
+    if mode == "hang":
+        while True:
+            time.sleep(3600)
+    os._exit(CRASH_EXIT_CODE)
+
+
+def run_rank(
+    rank: int,
+    world_size: int,
+    trace: Sequence[TraceRequest],
+    config: DPConfig,
+    collective: Collective,
+    *,
+    on_crash: Callable[[str], None] = _exit_now,
+) -> list[RankReport]:
+    """Run every phase of ``config`` on this rank; stops after a phase whose group broke.
+
+    Every rank must be given the same trace and config. Prompts come from the
+    coordinated phase's vocabulary for every phase, so phases differ only in
+    how they decide.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world_size {world_size}")
+    ordered = sorted(enumerate(trace), key=lambda p: p[1].arrival_pass)
+    # Request ids are positions in arrival order, as run_trace numbers them.
+    indexed = [(i, req) for i, (_, req) in enumerate(ordered)]
+    reports: list[RankReport] = []
+    prompts: list[list[int]] | None = None
+    for k, phase in enumerate(phases(config)):
+        loop = _RankLoop(rank, world_size, phase, k, indexed, [], config, collective, on_crash)
+        if prompts is None:
+            prompts = make_prompts(trace, config.seed, loop.engine.vocab_size or 32000)
+        loop.prompts = prompts
+        report = loop.run()
+        reports.append(report)
+        if report.failure is not None:
+            break
+    return reports

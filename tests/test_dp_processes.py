@@ -1,0 +1,182 @@
+"""Real gloo ranks as processes: agreement, greedy tokens, a rank killed mid-run, env://.
+
+Each launch pays process start-up (spawn + import torch, a few seconds on two
+cores), so the workloads are tiny and every test launches once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from densegate.impl.dp_rank import CRASH_EXIT_CODE, DPConfig
+from densegate.impl.dp_run import launch
+from densegate.impl.engine import Engine, EngineConfig
+from densegate.impl.run import run_trace
+from densegate.impl.workload import TraceRequest, synthetic_trace
+from densegate.proofs.cli import main as cli_main
+
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed gloo"
+)
+
+ENGINE = EngineConfig(
+    max_num_seqs=8,
+    max_num_batched_tokens=256,
+    block_size=16,
+    num_blocks=160,
+    max_model_len=512,
+    max_hold_passes=6,
+)
+SMALL = [
+    "--max-num-seqs",
+    "8",
+    "--max-num-batched-tokens",
+    "256",
+    "--num-blocks",
+    "160",
+    "--max-model-len",
+    "512",
+    "--max-hold-passes",
+    "6",
+]
+
+
+def small_trace(n: int, seed: int, rate: float = 1.5) -> list[TraceRequest]:
+    return synthetic_trace(
+        n, seed, rate=rate, prompt_median=48, output_median=12, max_model_len=512
+    )
+
+
+def test_densegate_run_dp_2_logs_the_same_decisions_on_both_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DENSEGATE_DP_OUT", str(tmp_path))
+    argv = ["run", "--dp", "2", "--gen", "12", "--rate", "1.5", "--runner", "null", "--json"]
+    assert cli_main(argv + SMALL) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["finished"] == 12 and summary["unaccounted"] == []
+    assert summary["decisions_agree"] and summary["alignment_agree"]
+    assert set(summary["alignment"]) == {
+        "coordinated",
+        "uncoordinated_gate_off",
+        "uncoordinated_local_gate",
+    }
+    logs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert logs[0][0]["decisions"] == logs[1][0]["decisions"]
+    assert len(logs[0][0]["decisions"]) == summary["ticks"] > 0
+
+
+def test_four_gloo_ranks_log_the_same_decisions() -> None:
+    trace = small_trace(24, seed=4)
+    result = launch(trace, DPConfig(ENGINE, router="least-loaded", baselines=False), 4)
+    assert result.exitcodes == [0, 0, 0, 0]
+    reps = result.phase("coordinated")
+    assert sorted(reps) == [0, 1, 2, 3]
+    assert all(rep.decisions == reps[0].decisions for rep in reps.values())
+    assert all(rep.alignment == reps[0].alignment for rep in reps.values())
+    done = sorted((rid for rep in reps.values() for rid in rep.finished), key=int)
+    assert done == [str(i) for i in range(24)]
+    assert all(rep.assigned for rep in reps.values())  # least-loaded spread the work
+
+
+def test_greedy_tokens_match_a_single_rank_run() -> None:
+    """float64 on the CPU: batching changes sums by ~1e-15, so greedy tokens are exact."""
+    engine = EngineConfig(
+        max_num_seqs=6,
+        max_num_batched_tokens=96,
+        block_size=8,
+        num_blocks=96,
+        max_model_len=96,
+        max_hold_passes=4,
+        runner="torch",
+        dtype="float64",
+    )
+    trace = synthetic_trace(8, 2, rate=1.0, prompt_median=20, output_median=8, max_model_len=96)
+    result = launch(trace, DPConfig(engine, baselines=False, keep_outputs=True), 2)
+    assert result.exitcodes == [0, 0]
+    outputs: dict[str, list[int]] = {}
+    for rep in result.phase("coordinated").values():
+        assert rep.outputs is not None
+        outputs.update(rep.outputs)
+    single = Engine(engine)
+    run_trace(single, trace, seed=0)
+    expected = {str(i): single.request(str(i)).output_token_ids for i in range(len(trace))}
+    assert outputs == expected
+    assert len({t for toks in outputs.values() for t in toks}) > 3  # not a constant stream
+
+
+def test_a_killed_rank_does_not_hang_the_others_and_its_requests_are_reported_lost() -> None:
+    n, timeout = 30, 5.0
+    trace = small_trace(n, seed=9, rate=1.0)
+    config = DPConfig(ENGINE, timeout_s=timeout, crash=(1, 6), baselines=False)
+    result = launch(trace, config, 3)
+    assert result.exitcodes == [0, CRASH_EXIT_CODE, 0]
+    reps = result.phase("coordinated")
+    assert sorted(reps) == [0, 2]
+    for rep in reps.values():
+        f = rep.failure
+        assert f is not None and f["tick"] == 6 and f["dead_ranks"] == [1]
+        assert f["detected_after_s"] < timeout and f["liveness_s"] < timeout
+        assert rep.unfinished == []  # no request of theirs lost
+        assert sorted(rep.finished, key=int) == sorted(rep.assigned, key=int)
+    lost = reps[0].failure["lost_requests"] if reps[0].failure else []
+    assert lost and all(reps[0].assignment[rid] == 1 for rid in lost)
+    summary = result.summary()
+    assert summary["finished"] + summary["lost"] == n
+    assert summary["unaccounted"] == [] and not summary["healthy"]
+    assert summary["failure"]["lost_requests"] == lost
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_the_env_rendezvous_entry_point_runs_without_the_launcher(tmp_path: Path) -> None:
+    """What torchrun does, by hand: two processes, RANK / WORLD_SIZE / MASTER_* set."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC")}
+    env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    argv = [sys.executable, "-m", "densegate.impl.dp_run", "--gen", "8", "--rate", "1.5"]
+    argv += ["--runner", "null", "--json", "--no-baselines", "--dp-out", str(tmp_path), *SMALL]
+    procs = [
+        subprocess.Popen(
+            argv,
+            env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    summary = json.loads(outs[0][0])
+    assert outs[1][0] == ""  # only rank 0 prints the merged summary
+    assert summary["finished"] == 8 and summary["decisions_agree"]
+    assert summary["healthy"] and summary["unaccounted"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.json", "rank1.json"]
+
+
+def test_a_hung_rank_times_out_and_the_launcher_kills_it() -> None:
+    n, timeout = 16, 1.5
+    trace = small_trace(n, seed=2, rate=1.0)
+    config = DPConfig(ENGINE, timeout_s=timeout, crash=(0, 5), crash_mode="hang", baselines=False)
+    result = launch(trace, config, 2)
+    assert result.exitcodes[0] != 0 and result.exitcodes[1] == 0  # rank 0 killed, 1 finished
+    (rep,) = result.reports[1]
+    f = rep.failure
+    assert f is not None and f["dead_ranks"] == [0]
+    assert timeout * 0.9 <= f["detected_after_s"] < timeout * 3
+    assert rep.unfinished == []
+    summary = result.summary()
+    assert summary["finished"] + summary["lost"] == n and summary["unaccounted"] == []
