@@ -439,8 +439,15 @@ def _trim(driver: _Driver, run: GateRun, pid: str) -> GateRun:
     """
 
     def cut(r: GateRun) -> GateRun:
-        at = driver.outcome(r).first[pid][0]
-        return GateRun(r.config, r.passes[: at + 1])
+        seen = driver.outcome(r)
+        at = seen.first[pid][0]
+        prefix = GateRun(r.config, r.passes[: at + 1])
+        # Keep what was observed: a gate that is not deterministic (a P7 bug) need
+        # not break pid again when the prefix is replayed.
+        driver.cache[prefix] = _Outcome(
+            seen.records[: at + 1], {k: v for k, v in seen.first.items() if v[0] <= at}
+        )
+        return prefix
 
     run = cut(run)
     block = 1 << max(len(run.passes) - 1, 1).bit_length()  # blocks of 2^k keep a counter's parity
