@@ -396,25 +396,18 @@ class _RankLoop:
         vec += [int(sched.has_work()), int(prefilled), int(decode_only)]
         vec += [int(prefilled and reason is r) for r in _REASONS]
         loads = [0] * self.world
-        if self.least_loaded:  # O(queue); round-robin needs no loads
-            loads[self.rank] = sum(r.num_tokens - r.num_computed for r in sched.waiting) + sum(
+        if self.least_loaded:  # tokens still to compute; O(running), not O(queue)
+            loads[self.rank] = sched.queued_tokens + sum(
                 r.num_tokens - r.num_computed for r in sched.running
             )
         return vec + loads
 
     def _execute(self, plan: PassPlan, decision: Decision) -> tuple[bool, bool, Reason]:
-        engine = self.engine
-        t0 = time.perf_counter()
-        batch = self.sched.commit(plan, decision)
-        t1 = time.perf_counter()
-        tokens = engine.runner.execute(batch) if (batch.prefills or batch.decodes) else ()
-        t2 = time.perf_counter()
-        self.sched.update(batch, tokens, t2)
-        t3 = time.perf_counter()
-        engine.scheduler_seconds += (t1 - t0) + (t3 - t2)
-        engine.runner_seconds += t2 - t1
-        self.stats.observe(self.sched.pass_log[-1])
-        return bool(batch.prefills), bool(batch.decodes) and not batch.prefills, decision.reason
+        self.engine.execute(plan, decision)
+        rec = self.sched.pass_log[-1]
+        self.stats.observe(rec)
+        prefilled = rec.prefill_tokens > 0
+        return prefilled, rec.decode_seqs > 0 and not prefilled, decision.reason
 
     def _local_decision(self, plan: PassPlan) -> Decision:
         return self.local_gate.decide_counts(plan.waiting_tokens, plan.decode_seqs)
@@ -436,7 +429,7 @@ class _RankLoop:
             self._maybe_crash(tick)
             self._route(tick, False)
             while True:
-                plan = self.sched.plan()
+                plan = self.engine.plan()
                 vec = self._vector(plan, prev)
                 t0 = time.perf_counter()
                 try:
@@ -547,7 +540,7 @@ class _RankLoop:
                 self.next += 1
             if not self.sched.has_work():
                 break
-            plan = self.sched.plan()
+            plan = self.engine.plan()
             decision = self._local_decision(plan)
             self.report.local_decisions.append((tick, decision.fire, decision.reason.name))
             self._execute(plan, decision)

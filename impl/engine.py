@@ -14,9 +14,10 @@ from typing import Any
 
 from densegate.impl.batch import KVLayout, NullRunner, Runner
 from densegate.impl.block_manager import blocks_for
+from densegate.impl.gate import Decision
 from densegate.impl.policies import GatePolicy
 from densegate.impl.request import Request, RequestStatus
-from densegate.impl.scheduler import Scheduler, SchedulerConfig
+from densegate.impl.scheduler import PassPlan, Scheduler, SchedulerConfig
 
 __all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
 
@@ -211,12 +212,27 @@ class Engine:
     # -- passes -----------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """One scheduler pass; outputs for every request that got a token or ended."""
-        outputs = [self._output(r, []) for r in self._unreported]
-        self._unreported.clear()
         if not self.scheduler.has_work():
-            return outputs
+            return self._drain_unreported()
         t0 = time.perf_counter()
-        batch = self.scheduler.schedule()
+        plan = self.scheduler.plan()
+        decision = self.scheduler.decide(plan)
+        self.scheduler_seconds += time.perf_counter() - t0
+        return self.execute(plan, decision)
+
+    def plan(self) -> PassPlan:
+        """The next pass, planned but not committed: for callers that decide it
+        themselves (data-parallel ranks agree on one decision; see ``execute``)."""
+        t0 = time.perf_counter()
+        plan = self.scheduler.plan()
+        self.scheduler_seconds += time.perf_counter() - t0
+        return plan
+
+    def execute(self, plan: PassPlan, decision: Decision) -> list[RequestOutput]:
+        """Commit ``plan`` under ``decision``, run it, and report as ``step`` does."""
+        outputs = self._drain_unreported()
+        t0 = time.perf_counter()
+        batch = self.scheduler.commit(plan, decision)
         t1 = time.perf_counter()
         tokens = self.runner.execute(batch) if (batch.prefills or batch.decodes) else ()
         t2 = time.perf_counter()
@@ -228,6 +244,11 @@ class Engine:
         t3 = time.perf_counter()
         self.scheduler_seconds += (t1 - t0) + (t3 - t2)
         self.runner_seconds += t2 - t1
+        return outputs
+
+    def _drain_unreported(self) -> list[RequestOutput]:
+        outputs = [self._output(r, []) for r in self._unreported]
+        self._unreported.clear()
         return outputs
 
     @staticmethod

@@ -356,17 +356,23 @@ class Scheduler:
         self._pass += 1
         return batch
 
-    def schedule(self) -> ScheduledBatch:
-        """Plan, ask the gate with the plan's honest observation, commit."""
-        plan = self.plan()
+    def decide(self, plan: PassPlan) -> Decision:
+        """Ask this scheduler's gate about ``plan``, with the plan's honest observation."""
         inp = GateInput(plan.waiting_tokens, len(plan.decodes))
         if self._decide_raw is None:
-            decision = self.gate.decide(inp)
-        else:
-            owed = sum(n for _, n in plan.partials)
-            raw = RawCounts(len(self.running), self._queued_tokens + owed)
-            decision = self._decide_raw(inp, raw)
-        return self.commit(plan, decision)
+            return self.gate.decide(inp)
+        owed = sum(n for _, n in plan.partials)
+        return self._decide_raw(inp, RawCounts(len(self.running), self._queued_tokens + owed))
+
+    def schedule(self) -> ScheduledBatch:
+        """Plan, ask the gate, commit: one pass."""
+        plan = self.plan()
+        return self.commit(plan, self.decide(plan))
+
+    @property
+    def queued_tokens(self) -> int:
+        """Tokens of every waiting request (prompt + generated), kept in O(1)."""
+        return self._queued_tokens
 
     def update(self, batch: ScheduledBatch, tokens: Iterable[int], now: float) -> list[Request]:
         """Append the sampled tokens; return the requests that got one, in batch order."""
