@@ -38,6 +38,8 @@ class EngineConfig(SchedulerConfig):
     dtype: str = "float32"
     model: Any = None
     """A ``densegate.impl.model.ModelConfig`` for the torch runner (None: tiny default)."""
+    num_threads: int | None = None
+    """Torch intra-op threads while the torch runner runs a pass (None: torch's setting)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -49,6 +51,14 @@ class EngineConfig(SchedulerConfig):
             raise ValueError(f"EngineConfig.device must be a device string, got {self.device!r}")
         if self.model is not None and self.runner != "torch":
             raise ValueError("EngineConfig.model is only used with runner='torch'")
+        if self.num_threads is not None:
+            if not _is_int(self.num_threads) or self.num_threads < 1:
+                raise ValueError(
+                    "EngineConfig.num_threads must be an int >= 1 or None, "
+                    f"got {self.num_threads!r}"
+                )
+            if self.runner != "torch":
+                raise ValueError("EngineConfig.num_threads is only used with runner='torch'")
 
     @property
     def layout(self) -> KVLayout:
@@ -129,6 +139,7 @@ class Engine:
             self.config.model,
             device=self.config.device,
             dtype=getattr(torch, self.config.dtype),
+            num_threads=self.config.num_threads,
         )
 
     # -- requests ---------------------------------------------------------------------

@@ -11,10 +11,13 @@ Two forwards share every layer except attention:
   (``scaled_dot_product_attention`` with the KV heads repeated): the plain oracle.
 * ``DecoderModel.paged_logits`` writes K/V into a flat paged cache through a slot
   mapping and attends over slots gathered from block tables. Prefill chunks are
-  attended one sequence at a time; decode rows are attended as one batch over a
-  fixed-width context (``max_blocks_per_seq * block_size``) masked by position,
-  so the decode path has static shapes and never syncs the host: a CUDA graph
-  can capture it.
+  attended one sequence at a time (a chunk starting at position 0 attends only to
+  its own fresh K/V, causally, with no gather). Decode rows are attended in
+  groups, each over a context of as many whole blocks as its block tables have,
+  masked by position. The CUDA-graph body is one group of ``max_blocks_per_seq``
+  blocks, so its shapes are static and nothing syncs the host; an eager pass
+  groups rows of similar length, so it pays for the contexts it has, not for
+  ``max_model_len``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch import Tensor
 from densegate.impl.batch import KVLayout
 
 __all__ = [
+    "DecodeGroup",
     "DecoderModel",
     "ForwardInputs",
     "ModelConfig",
@@ -118,26 +122,52 @@ def _apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
 
-def _softmax(scores: Tensor) -> Tensor:
-    if scores.dtype in (torch.float16, torch.bfloat16):
-        return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-    return torch.softmax(scores, dim=-1)
+def _mask_bias(allowed: Tensor, dtype: torch.dtype) -> Tensor:
+    """Additive attention bias (0 or -inf) from a boolean mask.
 
-
-def _grouped_attention(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
-    """Grouped-query attention without repeating K/V.
-
-    ``q`` [B, N, H, D], ``k``/``v`` [B, C, KVH, D], ``allowed`` [B, N, C] bool;
-    query head ``h`` reads KV head ``h // (H // KVH)``. Every query row must allow
-    at least one key, else its softmax is NaN.
+    Built once per pass and shared by every layer: a boolean mask would be
+    converted again inside each attention call.
     """
-    b, n, h, d = q.shape
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(
+        ~allowed, float("-inf")
+    )
+
+
+def _decode_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor) -> Tensor:
+    """One query row per sequence, grouped-query attention without repeating K/V.
+
+    ``q`` [B, H, D], ``k``/``v`` [B, C, KVH, D], ``bias`` [B, C] (``_mask_bias``). The
+    ``H // KVH`` query heads sharing a KV head become that head's query rows (query
+    head ``h`` reads KV head ``h // (H // KVH)``), so the bias broadcasts and nothing
+    is copied per head. Every row must allow at least one key, else it is NaN.
+    """
+    b, h, d = q.shape
     kvh = k.shape[2]
-    qg = q.reshape(b, n, kvh, h // kvh, d)
-    scores = torch.einsum("bnkgd,bckd->bkgnc", qg, k) * (d**-0.5)
-    scores = scores.masked_fill(~allowed[:, None, None, :, :], float("-inf"))
-    out = torch.einsum("bkgnc,bckd->bnkgd", _softmax(scores), v)
-    return out.reshape(b, n, h, d)
+    qg = q.reshape(b, kvh, h // kvh, d)
+    out = F.scaled_dot_product_attention(
+        qg, k.transpose(1, 2), v.transpose(1, 2), attn_mask=bias[:, None, None, :]
+    )
+    return out.reshape(b, h, d)
+
+
+def _prefill_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+    """One sequence's chunk: ``q`` [N, H, D] over ``k``/``v`` [L, KVH, D].
+
+    ``bias`` [N, L] (``_mask_bias``) masks keys; ``None`` means the chunk is the
+    whole context (``N == L``) and plain causal attention applies. K/V heads are
+    repeated: a chunk has far fewer keys than a decode batch, and the bias then
+    stays [N, L].
+    """
+    groups = q.shape[1] // k.shape[1]
+    # 4-D inputs: with 3-D ones the CPU picks the slow math kernel over the fused one.
+    qq = q.transpose(0, 1)[None]
+    kk = k.repeat_interleave(groups, dim=1).transpose(0, 1)[None]
+    vv = v.repeat_interleave(groups, dim=1).transpose(0, 1)[None]
+    if bias is None:
+        out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True)
+    else:
+        out = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=bias)
+    return out[0].transpose(0, 1)
 
 
 class PagedKVCache:
@@ -160,8 +190,9 @@ class PagedKVCache:
         shape = (config.n_layers, self.num_slots + 1, config.n_kv_heads, config.head_dim)
         self.k = torch.zeros(shape, device=device, dtype=dtype)
         self.v = torch.zeros(shape, device=device, dtype=dtype)
-        # Decode gathers a fixed context of max_blocks_per_seq whole blocks; these
-        # index tensors are built once so a captured graph allocates nothing for them.
+        # Index tensors for the widest decode context (max_blocks_per_seq whole blocks),
+        # built once so a captured graph allocates nothing for them; a narrower eager
+        # context uses a prefix of each (a view).
         width = self.max_blocks_per_seq * self.block_size
         ar = torch.arange(width, device=device)
         self.ctx_block_index: Tensor = ar // self.block_size
@@ -170,16 +201,23 @@ class PagedKVCache:
 
     @property
     def decode_width(self) -> int:
+        """Positions in the static (graph) decode context: ``max_blocks_per_seq * block_size``."""
         return int(self.key_positions.numel())
 
     def context_slots(self, block_tables: Tensor) -> Tensor:
-        """Slots of positions ``0 .. decode_width - 1`` for each row of ``block_tables``.
+        """Slots of positions ``0 .. W - 1`` per row, ``W = block_tables.shape[1] * block_size``.
 
         Entries equal to ``pad_block`` land past the real slots and are clamped
-        onto ``pad_slot``: arithmetic only, no host sync.
+        onto ``pad_slot``: arithmetic on shapes only, no host sync.
         """
-        blocks = block_tables.index_select(1, self.ctx_block_index)
-        slots: Tensor = blocks * self.block_size + self.ctx_block_offset
+        width = block_tables.shape[1] * self.block_size
+        if width > self.decode_width:
+            raise ValueError(
+                f"block tables of {block_tables.shape[1]} blocks exceed max_blocks_per_seq "
+                f"{self.max_blocks_per_seq}"
+            )
+        blocks = block_tables.index_select(1, self.ctx_block_index[:width])
+        slots: Tensor = blocks * self.block_size + self.ctx_block_offset[:width]
         return slots.clamp_(max=self.pad_slot)
 
 
@@ -188,30 +226,43 @@ class PrefillSpan:
     """One prefill chunk inside a flat pass: rows ``row_start .. row_start + n_rows - 1``.
 
     ``ctx_slots`` [L] are the slots of the sequence's positions ``0 .. L - 1``,
-    where ``L = start + n_rows``; ``allowed`` [n_rows, L] is the causal mask.
+    where ``L = start + n_rows``; ``allowed`` [n_rows, L] is the causal mask. Both
+    are ``None`` for a chunk starting at position 0: it attends causally to its own
+    K/V, so neither a gather nor a mask is needed.
     """
 
     row_start: int
     n_rows: int
-    ctx_slots: Tensor
-    allowed: Tensor
+    ctx_slots: Tensor | None
+    allowed: Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeGroup:
+    """Decode rows ``row_start .. row_start + n_rows - 1``, one token each.
+
+    ``block_tables`` [n_rows, W] are padded with ``pad_block``; ``W`` whole blocks
+    (``W <= max_blocks_per_seq``) is the context every row of the group gathers.
+    """
+
+    row_start: int
+    n_rows: int
+    block_tables: Tensor
 
 
 @dataclass(frozen=True, slots=True)
 class ForwardInputs:
-    """A flat pass: prefill rows (one span per chunk) first, then one row per decode.
+    """A flat pass: prefill rows (one span per chunk) first, then the decode groups' rows.
 
-    ``decode_block_tables`` [n_decode, max_blocks_per_seq] covers the rows from
-    ``decode_row_start`` on, padded with ``pad_block``. ``sample_rows`` selects the
-    rows whose logits are returned; ``None`` means every row (the decode graph).
+    ``sample_rows`` selects (and orders) the rows whose logits are returned;
+    ``None`` means every row (the decode graph).
     """
 
     token_ids: Tensor
     positions: Tensor
     slot_mapping: Tensor
     prefills: tuple[PrefillSpan, ...]
-    decode_row_start: int
-    decode_block_tables: Tensor | None
+    decodes: tuple[DecodeGroup, ...]
     sample_rows: Tensor | None
 
 
@@ -306,11 +357,12 @@ class DecoderModel:
         positions = torch.arange(ids.shape[0], device=self.device)
         groups = self.config.n_heads // self.config.n_kv_heads
 
+        # Written out here, not shared with the paged path: the oracle stays independent.
         def attend(_layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-            kk = k.repeat_interleave(groups, dim=1).transpose(0, 1)
-            vv = v.repeat_interleave(groups, dim=1).transpose(0, 1)
-            out = F.scaled_dot_product_attention(q.transpose(0, 1), kk, vv, is_causal=True)
-            return out.transpose(0, 1)
+            kk = k.repeat_interleave(groups, dim=1).transpose(0, 1)[None]
+            vv = v.repeat_interleave(groups, dim=1).transpose(0, 1)[None]
+            out = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kk, vv, is_causal=True)
+            return out[0].transpose(0, 1)
 
         with torch.no_grad():
             return self._body(ids, positions, attend) @ self.lm_head
@@ -323,28 +375,43 @@ class DecoderModel:
         With only decode rows this is static-shaped and host-sync free, so it is
         exactly what the runner captures into a CUDA graph.
         """
-        dec_slots: Tensor | None = None
-        dec_allowed: Tensor | None = None
-        if inp.decode_block_tables is not None:
-            dec_slots = cache.context_slots(inp.decode_block_tables)
-            dec_positions = inp.positions[inp.decode_row_start :]
-            # A decode row at position p attends to positions 0..p (its context length
-            # is p + 1); a padded row sits at position 0 and reads only the pad slot.
-            dec_allowed = (cache.key_positions[None, :] <= dec_positions[:, None])[:, None, :]
+        # Per decode group: its rows, flat context slots, context width and mask. A
+        # row at position p attends to positions 0..p (context length p + 1); a
+        # padded row sits at position 0 and reads only the pad slot.
+        groups: list[tuple[slice, Tensor, int, Tensor]] = []
+        for g in inp.decodes:
+            rows = slice(g.row_start, g.row_start + g.n_rows)
+            slots = cache.context_slots(g.block_tables)
+            width = slots.shape[1]
+            allowed = cache.key_positions[:width][None, :] <= inp.positions[rows][:, None]
+            groups.append((rows, slots.reshape(-1), width, _mask_bias(allowed, self.dtype)))
+        spans = [
+            (
+                slice(sp.row_start, sp.row_start + sp.n_rows),
+                sp.ctx_slots,
+                None if sp.allowed is None else _mask_bias(sp.allowed, self.dtype),
+            )
+            for sp in inp.prefills
+        ]
 
         def attend(layer: int, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             kc, vc = cache.k[layer], cache.v[layer]
             kc.index_copy_(0, inp.slot_mapping, k)
             vc.index_copy_(0, inp.slot_mapping, v)
             outs = []
-            for span in inp.prefills:
-                rows = slice(span.row_start, span.row_start + span.n_rows)
-                ks = kc.index_select(0, span.ctx_slots)[None]
-                vs = vc.index_select(0, span.ctx_slots)[None]
-                outs.append(_grouped_attention(q[rows][None], ks, vs, span.allowed[None])[0])
-            if dec_slots is not None and dec_allowed is not None:
-                qd = q[inp.decode_row_start :][:, None]
-                outs.append(_grouped_attention(qd, kc[dec_slots], vc[dec_slots], dec_allowed)[:, 0])
+            for rows, ctx_slots, bias in spans:
+                if ctx_slots is None:
+                    outs.append(_prefill_attention(q[rows], k[rows], v[rows], None))
+                else:
+                    ks = kc.index_select(0, ctx_slots)
+                    vs = vc.index_select(0, ctx_slots)
+                    outs.append(_prefill_attention(q[rows], ks, vs, bias))
+            for rows, slots, width, dec_bias in groups:
+                # index_select on flat slots: several times faster than kc[slots_2d].
+                shape = (-1, width, *kc.shape[1:])
+                ks = kc.index_select(0, slots).view(shape)
+                vs = vc.index_select(0, slots).view(shape)
+                outs.append(_decode_attention(q[rows], ks, vs, dec_bias))
             return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
 
         with torch.no_grad():

@@ -28,6 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", help="torch dtype (default float32)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch threads per pass (default: 1 on cpu, where the tiny model gains nothing "
+        "from more and a busy core stalls every op; torch's own default on cuda)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     dp = p.add_argument_group("data parallel")
     dp.add_argument(
@@ -81,7 +89,14 @@ def _config(args: argparse.Namespace, runner: str) -> Any:
         runner=runner,
         device=args.device,
         dtype=args.dtype,
+        num_threads=_threads(args) if runner == "torch" else None,
     )
+
+
+def _threads(args: argparse.Namespace) -> int | None:
+    if args.threads is not None:
+        return int(args.threads)
+    return 1 if args.device == "cpu" else None
 
 
 def main(args: argparse.Namespace) -> int:

@@ -362,7 +362,10 @@ class Scheduler:
         if self._decide_raw is None:
             return self.gate.decide(inp)
         owed = sum(n for _, n in plan.partials)
-        return self._decide_raw(inp, RawCounts(len(self.running), self._queued_tokens + owed))
+        decision: Decision = self._decide_raw(
+            inp, RawCounts(len(self.running), self._queued_tokens + owed)
+        )
+        return decision
 
     def schedule(self) -> ScheduledBatch:
         """Plan, ask the gate, commit: one pass."""

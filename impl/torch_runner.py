@@ -3,6 +3,9 @@
 Decode-only passes are the ones the dense gate protects, so on CUDA they replay
 captured graphs (``cuda_graphs``); prefill and mixed passes, and decode passes
 larger than the largest bucket, run eager. On the CPU the same code runs eager.
+A graph must keep static shapes, so it attends over ``max_model_len`` for every
+row; an eager pass need not, so it gathers only each length group's context
+(``decode_groups``): that is what keeps eager passes cheap on the CPU.
 Step times are kept per kind with real token counts only (never padded rows), so
 tokens/s and p50/p99 per kind can be compared between gate settings.
 """
@@ -27,6 +30,7 @@ from densegate.impl.cuda_graphs import (
     fill_decode_inputs,
 )
 from densegate.impl.model import (
+    DecodeGroup,
     DecoderModel,
     ForwardInputs,
     ModelConfig,
@@ -41,6 +45,7 @@ __all__ = [
     "TorchRunner",
     "build_forward_inputs",
     "decode_forward_inputs",
+    "decode_groups",
     "percentile",
 ]
 
@@ -140,10 +145,35 @@ def decode_forward_inputs(inputs: DecodeInputs) -> ForwardInputs:
         positions=inputs.positions,
         slot_mapping=inputs.slot_mapping,
         prefills=(),
-        decode_row_start=0,
-        decode_block_tables=inputs.block_tables,
+        decodes=(DecodeGroup(0, inputs.rows, inputs.block_tables),),
         sample_rows=None,
     )
+
+
+GROUP_SPLIT_POSITIONS = 1024
+"""An eager decode group is split when that saves at least this many padded key
+positions: about the fixed cost of one more gather + attention call per layer."""
+
+
+def decode_groups(blocks_needed: Sequence[int], block_size: int) -> list[list[int]]:
+    """Partition decode rows (indices into ``blocks_needed``) into groups of similar length.
+
+    Rows are taken longest first; a new group starts when padding every remaining
+    row to the current group's width would waste ``>= GROUP_SPLIT_POSITIONS``
+    key positions more than cutting here. Each group gathers only its longest
+    row's context, so one long sequence no longer makes every row pay for it.
+    """
+    order = sorted(range(len(blocks_needed)), key=lambda i: -blocks_needed[i])
+    groups: list[list[int]] = []
+    width = 0
+    for k, i in enumerate(order):
+        need = blocks_needed[i]
+        remaining = len(order) - k
+        if not groups or (width - need) * block_size * remaining >= GROUP_SPLIT_POSITIONS:
+            groups.append([])
+            width = need
+        groups[-1].append(i)
+    return groups
 
 
 def build_forward_inputs(
@@ -154,13 +184,17 @@ def build_forward_inputs(
 ) -> ForwardInputs:
     """A general eager pass: prefill chunks (any start, any length) then decode rows.
 
-    Sampled rows come out in ``ScheduledBatch.sampled()`` order: the last row of
-    each sampling prefill chunk, then each sampling decode row.
+    Decode rows are laid out in ``decode_groups`` order, each group's block tables
+    padded only to its longest row, so the eager context follows the batch's real
+    lengths, never ``max_model_len``. Sampled rows still come out in
+    ``ScheduledBatch.sampled()`` order: the last row of each sampling prefill
+    chunk, then each sampling decode row.
     """
-    bs, mb = layout.block_size, layout.max_blocks_per_seq
+    bs = layout.block_size
+    offsets = torch.arange(bs, dtype=torch.long)
     tokens: list[int] = []
     positions: list[int] = []
-    slots: list[int] = []
+    slot_parts: list[torch.Tensor] = []
     spans: list[PrefillSpan] = []
     sample_rows: list[int] = []
     for c in prefills:
@@ -178,30 +212,39 @@ def build_forward_inputs(
                 f"seq {c.seq_id}: block table of {len(c.block_table)} blocks does not cover "
                 f"{end} positions"
             )
-        table = list(c.block_table[:n_blocks])
         row = len(tokens)
         tokens.extend(c.token_ids)
         positions.extend(range(c.start, end))
-        slots.extend(table[p // bs] * bs + p % bs for p in range(c.start, end))
-        table_t = torch.tensor(table, dtype=torch.long, device=device)
-        offsets = torch.arange(bs, dtype=torch.long, device=device)
-        ctx_slots = (table_t[:, None] * bs + offsets[None, :]).reshape(-1)[:end]
-        keys = torch.arange(end, device=device)
-        allowed = keys[None, :] <= torch.arange(c.start, end, device=device)[:, None]
-        spans.append(PrefillSpan(row, n, ctx_slots, allowed))
+        table = torch.tensor(c.block_table[:n_blocks], dtype=torch.long)
+        ctx = (table[:, None] * bs + offsets[None, :]).reshape(-1)[:end]
+        slot_parts.append(ctx[c.start :])
+        if c.start == 0:
+            spans.append(PrefillSpan(row, n, None, None))
+        else:
+            keys = torch.arange(end, device=device)
+            allowed = keys[None, :] <= torch.arange(c.start, end, device=device)[:, None]
+            spans.append(PrefillSpan(row, n, ctx.to(device), allowed))
         if c.sample:
             sample_rows.append(row + n - 1)
-    decode_row_start = len(tokens)
-    decode_tables: list[int] = []
-    for c in decodes:
-        tok, pos, slot, blocks = decode_row(c, layout)
-        if c.sample:
-            sample_rows.append(len(tokens))
-        tokens.append(tok)
-        positions.append(pos)
-        slots.append(slot)
-        decode_tables.extend(blocks)
-        decode_tables.extend([layout.num_blocks] * (mb - len(blocks)))
+    rows = [decode_row(c, layout) for c in decodes]
+    groups: list[DecodeGroup] = []
+    row_of = [0] * len(decodes)
+    dec_slots: list[int] = []
+    for members in decode_groups([len(r[3]) for r in rows], bs):
+        width = len(rows[members[0]][3])
+        flat: list[int] = []
+        for i in members:
+            tok, pos, slot, blocks = rows[i]
+            row_of[i] = len(tokens)
+            tokens.append(tok)
+            positions.append(pos)
+            dec_slots.append(slot)
+            flat.extend(blocks)
+            flat.extend([layout.num_blocks] * (width - len(blocks)))
+        tables = torch.tensor(flat, dtype=torch.long, device=device).view(len(members), width)
+        groups.append(DecodeGroup(row_of[members[0]], len(members), tables))
+    sample_rows.extend(row_of[i] for i, c in enumerate(decodes) if c.sample)
+    slot_parts.append(torch.tensor(dec_slots, dtype=torch.long))
 
     def as_tensor(xs: list[int]) -> torch.Tensor:
         return torch.tensor(xs, dtype=torch.long, device=device)
@@ -209,10 +252,9 @@ def build_forward_inputs(
     return ForwardInputs(
         token_ids=as_tensor(tokens),
         positions=as_tensor(positions),
-        slot_mapping=as_tensor(slots),
+        slot_mapping=torch.cat(slot_parts).to(device),
         prefills=tuple(spans),
-        decode_row_start=decode_row_start,
-        decode_block_tables=as_tensor(decode_tables).view(len(decodes), mb) if decodes else None,
+        decodes=tuple(groups),
         sample_rows=as_tensor(sample_rows),
     )
 
@@ -229,6 +271,11 @@ class TorchRunner:
 
     ``use_cuda_graphs`` defaults to on for CUDA devices and must stay off on
     others. ``buckets`` overrides the decode batch sizes captured as graphs.
+
+    ``num_threads`` sets torch's intra-op threads around each pass (restored
+    after it); ``None`` leaves torch alone. On the CPU the default model's ops
+    are tiny, so one thread is usually fastest, and much faster when the cores
+    are shared: a second OpenMP thread waiting on a busy core stalls every op.
     """
 
     def __init__(
@@ -239,8 +286,14 @@ class TorchRunner:
         dtype: torch.dtype = torch.float32,
         use_cuda_graphs: bool | None = None,
         buckets: Sequence[int] | None = None,
+        num_threads: int | None = None,
     ) -> None:
         _check_layout(layout)
+        if num_threads is not None and (
+            isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1
+        ):
+            raise ValueError(f"TorchRunner num_threads must be an int >= 1, got {num_threads!r}")
+        self.num_threads = num_threads
         self.layout = layout
         self.device = torch.device(device)
         on_cuda = self.device.type == "cuda"
@@ -284,10 +337,11 @@ class TorchRunner:
         return out
 
     def run_decode(self, chunks: Sequence[SeqChunk], rows: int | None = None) -> list[int]:
-        """Decode ``chunks``, padded to ``rows`` static rows (default: no padding).
+        """Decode ``chunks`` through the static graph body, padded to ``rows`` rows.
 
         Replays the captured graph when ``rows`` is a captured bucket, else runs the
-        very same step eagerly; tokens of sampling chunks only, in order.
+        very same static step eagerly (full ``max_model_len`` context: for checking
+        the graph body, not for speed); tokens of sampling chunks only, in order.
         """
         n = len(chunks)
         rows = n if rows is None else rows
@@ -302,32 +356,47 @@ class TorchRunner:
         tokens: list[int] = out[:n].tolist()
         return [t for c, t in zip(chunks, tokens, strict=True) if c.sample]
 
+    def run_eager(self, prefills: Sequence[SeqChunk], decodes: Sequence[SeqChunk]) -> list[int]:
+        """Any pass, eagerly, with the decode context cut to the longest decode row."""
+        inp = build_forward_inputs(prefills, decodes, self.layout, self.device)
+        tokens: list[int] = self.model.paged_greedy(self.cache, inp).tolist()
+        return tokens
+
     def execute(self, batch: ScheduledBatch) -> list[int]:
-        kind = batch.kind
-        if kind is BatchKind.EMPTY:
+        if batch.kind is BatchKind.EMPTY:
             return []
+        if self.num_threads is None:
+            return self._execute(batch)
+        before = torch.get_num_threads()
+        torch.set_num_threads(self.num_threads)
+        try:
+            return self._execute(batch)
+        finally:
+            torch.set_num_threads(before)
+
+    def _execute(self, batch: ScheduledBatch) -> list[int]:
+        kind = batch.kind
         t0 = time.perf_counter()
-        if kind is BatchKind.DECODE:
-            n = len(batch.decodes)
-            bucket = choose_bucket(n, self.buckets) if self._graphs is not None else None
+        n = len(batch.decodes)
+        bucket = None
+        if kind is BatchKind.DECODE and self._graphs is not None:
+            bucket = choose_bucket(n, self.buckets)
+        if bucket is not None:
             tokens = self.run_decode(batch.decodes, bucket)
-            real = n
-            if bucket is not None:
-                step = StepKind.DECODE_GRAPH
-                self.stats.graph_replays += 1
-                self.stats.padded_rows += bucket - n
-            else:
+            step = StepKind.DECODE_GRAPH
+            self.stats.graph_replays += 1
+            self.stats.padded_rows += bucket - n
+        else:
+            tokens = self.run_eager(batch.prefills, batch.decodes)
+            if kind is BatchKind.DECODE:
                 step = StepKind.DECODE_EAGER
                 self.stats.eager_decode_steps += 1
-        else:
-            inp = build_forward_inputs(batch.prefills, batch.decodes, self.layout, self.device)
-            tokens = self.model.paged_greedy(self.cache, inp).tolist()
-            real = batch.num_prefill_tokens + len(batch.decodes)
-            step = StepKind.MIXED if kind is BatchKind.MIXED else StepKind.PREFILL
-            self.stats.prefill_or_mixed_steps += 1
+            else:
+                step = StepKind.MIXED if kind is BatchKind.MIXED else StepKind.PREFILL
+                self.stats.prefill_or_mixed_steps += 1
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        self.stats.record(step, time.perf_counter() - t0, real)
+        self.stats.record(step, time.perf_counter() - t0, batch.num_prefill_tokens + n)
         return tokens
 
     def summary(self) -> dict[str, object]:

@@ -149,3 +149,26 @@ def test_context_slots_map_pad_blocks_onto_the_pad_slot(model: DecoderModel) -> 
     assert slots[0, :8].tolist() == [12, 13, 14, 15, 0, 1, 2, 3]
     assert set(slots[0, 8:].tolist()) == set(slots[1].tolist()) == {cache.pad_slot}
     assert cache.pad_slot == LAYOUT.num_slots == cache.k.shape[1] - 1
+
+
+def test_context_slots_of_a_narrower_table_cover_only_its_blocks(model: DecoderModel) -> None:
+    """The eager decode context: as many positions as the table has blocks, no more."""
+    cache = model.new_cache(LAYOUT)
+    pad = LAYOUT.num_blocks
+    slots = cache.context_slots(torch.tensor([[3, 0], [7, pad]]))
+    assert slots.tolist() == [[12, 13, 14, 15, 0, 1, 2, 3], [28, 29, 30, 31] + [cache.pad_slot] * 4]
+    with pytest.raises(ValueError, match="max_blocks_per_seq"):
+        cache.context_slots(torch.zeros(1, LAYOUT.max_blocks_per_seq + 1, dtype=torch.long))
+
+
+def test_only_continuation_chunks_gather_their_context() -> None:
+    """A chunk from position 0 attends to its own K/V; a later chunk gathers 0..end-1."""
+    toks = list(range(10, 21))
+    first = build_forward_inputs([_chunk(0, toks, 0, 6, [9, 2, 30])], [], LAYOUT, "cpu")
+    later = build_forward_inputs([_chunk(0, toks, 6, 5, [9, 2, 30])], [], LAYOUT, "cpu")
+    (a,), (b,) = first.prefills, later.prefills
+    assert a.ctx_slots is None and a.allowed is None
+    assert b.ctx_slots is not None and b.allowed is not None
+    assert b.ctx_slots.tolist() == [36, 37, 38, 39, 8, 9, 10, 11, 120, 121, 122]
+    assert b.allowed.shape == (5, 11) and b.allowed[0].tolist() == [True] * 7 + [False] * 4
+    assert later.slot_mapping.tolist() == [10, 11, 120, 121, 122]

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+import densegate.impl.torch_runner as torch_runner
 from densegate.impl.batch import KVLayout, Runner, ScheduledBatch, SeqChunk
 from densegate.impl.cuda_graphs import (
     DecodeInputs,
@@ -23,7 +24,13 @@ from densegate.impl.cuda_graphs import (
     fill_decode_inputs,
 )
 from densegate.impl.model import ModelConfig, reference_generate
-from densegate.impl.torch_runner import StepKind, TorchRunner, percentile
+from densegate.impl.torch_runner import (
+    StepKind,
+    TorchRunner,
+    build_forward_inputs,
+    decode_groups,
+    percentile,
+)
 
 F64 = torch.float64
 LAYOUT = KVLayout(block_size=4, num_blocks=48, max_model_len=40, max_num_seqs=8)
@@ -213,9 +220,17 @@ def test_mixed_passes_match_reference() -> None:
     assert len(runner.stats.step_seconds[StepKind.MIXED]) == 3
 
 
+@pytest.mark.parametrize("split", [None, 1])
 @pytest.mark.parametrize("seed", range(5))
-def test_random_workload_matches_reference(seed: int) -> None:
-    """Random chunking, mixing, preemption and block reuse: every output equals the reference."""
+def test_random_workload_matches_reference(
+    seed: int, split: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random chunking, mixing, preemption and block reuse: every output equals the reference.
+
+    ``split=1`` puts every distinct decode length in its own eager group.
+    """
+    if split is not None:
+        monkeypatch.setattr(torch_runner, "GROUP_SPLIT_POSITIONS", split)
     rng = random.Random(100 + seed)
     runner, pool = new_runner(), Blocks(rng)
     seqs = make_seqs(rng, [rng.randint(1, 14) for _ in range(5)], rng.randint(3, 10))
@@ -240,6 +255,61 @@ def test_random_workload_matches_reference(seed: int) -> None:
             pool.release(s)
     for s in seqs:
         assert s.out[: s.max_new] == expected(runner, s)
+
+
+# -- eager decode: grouped by length, context cut to the group's longest row ---------
+
+
+def test_decode_groups() -> None:
+    assert decode_groups([], 16) == []
+    assert decode_groups([3], 16) == [[0]]
+    # Longest first; equal lengths never split; a short tail splits off once the
+    # padding it would cost reaches GROUP_SPLIT_POSITIONS (1024 positions).
+    assert decode_groups([2, 2, 2], 16) == [[0, 1, 2]]
+    assert decode_groups([10, 200, 12, 190], 16) == [[1, 3], [2, 0]]
+    assert decode_groups([70, 5], 16) == [[0], [1]]  # (70 - 5) * 16 * 1 = 1040 >= 1024
+    assert decode_groups([68, 5], 16) == [[0, 1]]  # 1008 < 1024: one group is cheaper
+    # Many short rows behind one longer one: the waste counts every remaining row.
+    assert decode_groups([1] * 22 + [4], 16) == [[22], list(range(22))]  # 3 * 16 * 22 >= 1024
+    assert decode_groups([1] * 21 + [4], 16) == [[21, *range(21)]]  # 3 * 16 * 21 < 1024
+
+
+def test_eager_decode_context_follows_lengths_not_max_model_len() -> None:
+    layout = KVLayout(block_size=4, num_blocks=64, max_model_len=4096, max_num_seqs=8)
+    assert layout.max_blocks_per_seq == 1024
+    decodes = [SeqChunk(i, [1], pos, list(range(i * 8, i * 8 + 8)), False, True)
+               for i, pos in enumerate([2, 30, 5])]  # fmt: skip
+    inp = build_forward_inputs([], decodes, layout, "cpu")
+    assert [(g.n_rows, tuple(g.block_tables.shape)) for g in inp.decodes] == [(3, (3, 8))]
+    # Rows are laid out longest first; sampled rows come back in batch order.
+    assert inp.positions.tolist() == [30, 5, 2]
+    assert inp.sample_rows is not None and inp.sample_rows.tolist() == [2, 0, 1]
+
+
+def test_grouped_eager_decode_equals_static_graph_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager (grouped, cut context) and the full-width static step: same tokens, same cache."""
+    monkeypatch.setattr(torch_runner, "GROUP_SPLIT_POSITIONS", 1)
+    rng = random.Random(12)
+    eager, static = new_runner(), new_runner()
+    pool_e, pool_s = Blocks(random.Random(13)), Blocks(random.Random(13))
+    seqs_e = make_seqs(rng, [1, 14, 5, 22, 9], 6)
+    seqs_s = [Seq(s.seq_id, list(s.prompt), s.max_new) for s in seqs_e]
+    run(eager, [prefill(pool_e, s, 99) for s in seqs_e])
+    run(static, [prefill(pool_s, s, 99) for s in seqs_s])
+    groups_seen = 0
+    while not seqs_e[0].done:
+        chunks = [decode(pool_e, s) for s in seqs_e]
+        groups_seen = max(groups_seen, len(decode_groups([c.start // 4 + 1 for _, c in chunks], 4)))
+        run(eager, [], chunks)
+        chunks_s = [decode(pool_s, s) for s in seqs_s]
+        for (s, c), t in zip(chunks_s, static.run_decode([c for _, c in chunks_s]), strict=True):
+            s.cached, s.out = c.start + 1, [*s.out, t]
+    assert groups_seen >= 4
+    assert [s.out for s in seqs_e] == [s.out for s in seqs_s]
+    torch.testing.assert_close(eager.cache.k, static.cache.k, rtol=0, atol=1e-12)
+    torch.testing.assert_close(eager.cache.v, static.cache.v, rtol=0, atol=1e-12)
+    for s in seqs_e:
+        assert s.out == expected(eager, s)
 
 
 # -- padding, buckets, static buffers -----------------------------------------------
@@ -410,6 +480,28 @@ def test_construction_errors() -> None:
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA"):
             TorchRunner(LAYOUT, device="cuda")
+
+
+def test_num_threads_applies_during_a_pass_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="num_threads"):
+        TorchRunner(LAYOUT, num_threads=0)
+    with pytest.raises(ValueError, match="num_threads"):
+        TorchRunner(LAYOUT, num_threads=True)
+    runner = TorchRunner(LAYOUT, num_threads=3)
+    seen: list[int] = []
+    inner = runner.model.paged_greedy
+
+    def spy(*args: object) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return inner(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(runner.model, "paged_greedy", spy)
+    before = torch.get_num_threads()
+    assert before != 3
+    runner.execute(ScheduledBatch(0, [SeqChunk(0, [1, 2, 3], 0, [0], True, True)]))
+    assert seen == [3]
+    assert torch.get_num_threads() == before
+    assert TorchRunner(LAYOUT).num_threads is None
 
 
 def test_default_runner_is_float32_eager() -> None:
