@@ -77,8 +77,10 @@ def render_trace(trace: Trace) -> Table:
     table = Table(title=f"parameters: {params}", title_justify="left", show_edge=False)
     widths = {c: max([len(c)] + [len(_fmt(row.get(c))) for row in rows]) for c in cols}
     for c in cols:
-        justify = "right" if c == "pass" else "left"
-        table.add_column(c, justify=justify, no_wrap=True, min_width=widths[c])
+        if c == "pass":
+            table.add_column(c, justify="right", no_wrap=True, min_width=widths[c])
+        else:
+            table.add_column(c, justify="left", no_wrap=True, min_width=widths[c])
     for row in rows:
         cells = [_fmt(row.get(c)) for c in cols]
         if "fire" in row and row["fire"] is not None:
