@@ -7,19 +7,17 @@ figures added here come from the per-pass records: the share of decode work in
 decode-only passes (the ones a GPU runs as a CUDA graph) and the prefill fill
 of every prefill pass, for the histogram.
 
-The policies and how they differ (the scheduler, token budget, sequence slots
-and KV cache are the same for all four; our scheduler always runs decodes
-first and puts prefill in the same pass):
+The policies and how they differ (token budget, sequence slots and KV cache
+are the same for all four):
 
 - ``densegate``: ``PrefillGate``, chunked prefill on, no per-request chunk cap.
 - ``original``: ``OriginalPolicy`` (the seed change's gate, flaws kept), fed
   the scheduler's raw counts; otherwise as ``densegate``.
-- ``legacy``: no gate (``LegacyPolicy``: admit whenever anything fits) and
-  chunked prefill off: whole prompts, FCFS, the head blocking when it does not
-  fit the pass, as vLLM v0 admitted prompts. Unlike v0's prefill-first steps,
-  the decodes still run in the same pass.
+- ``legacy``: vLLM v0's prefill-first order (``PrefillFirstScheduler``): no
+  gate (``LegacyPolicy``), chunked prefill off, whole prompts FCFS, and a pass
+  that can admit prefill runs prefill only while every decode waits.
 - ``vllm-v1``: no gate, chunked prefill on, no per-request chunk cap: vLLM v1's
-  default (decode first, then chunked prefill; its ``long_prefill_token_threshold``
+  default (decode first, then chunked prefill in the same pass; its ``long_prefill_token_threshold``
   stays 0 unless ``max_num_partial_prefills > 1``). It is ``densegate`` with the
   gate off, so the two columns isolate what the gate does.
 """
@@ -34,10 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from densegate.impl.baselines import PrefillFirstScheduler
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import GateConfig, PrefillGate
 from densegate.impl.policies import GatePolicy, LegacyPolicy, OriginalPolicy
 from densegate.impl.run import run_trace, summarize
+from densegate.impl.scheduler import Scheduler
 from densegate.impl.workload import TraceRequest, synthetic_trace
 
 __all__ = [
@@ -146,6 +146,7 @@ class BenchPolicy:
     gate: Callable[[GateConfig], GatePolicy]
     chunked_prefill: bool = True
     gated: bool = True
+    scheduler: type[Scheduler] = Scheduler
 
     def config(self, base: EngineConfig) -> EngineConfig:
         return dataclasses.replace(
@@ -159,8 +160,9 @@ BENCH_POLICIES: dict[str, BenchPolicy] = {
         BenchPolicy("densegate", "PrefillGate; chunked prefill", PrefillGate),
         BenchPolicy("original", "the seed change's gate (raw counts); chunked prefill",
                     OriginalPolicy),
-        BenchPolicy("legacy", "no gate; whole prompts (chunked prefill off), the v0 way",
-                    LegacyPolicy, chunked_prefill=False, gated=False),
+        BenchPolicy("legacy", "no gate; prefill-first passes, whole prompts (vLLM v0)",
+                    LegacyPolicy, chunked_prefill=False, gated=False,
+                    scheduler=PrefillFirstScheduler),
         BenchPolicy("vllm-v1", "no gate; decode first, chunked prefill (v1 default)",
                     LegacyPolicy, gated=False),
     )
@@ -221,7 +223,7 @@ def run_policy(
 ) -> PolicyRun:
     """Replay ``trace`` through a fresh engine with ``policy``."""
     cfg = policy.config(base)
-    engine = Engine(cfg, gate=policy.gate(cfg.gate_config()))
+    engine = Engine(cfg, gate=policy.gate(cfg.gate_config()), scheduler=policy.scheduler)
     extra = _PassFigures(engine)
     t0 = time.perf_counter()
     stats = run_trace(engine, trace, seed, extra)

@@ -112,11 +112,12 @@ class Engine:
         config: EngineConfig | None = None,
         runner: Runner | None = None,
         gate: GatePolicy | None = None,
+        scheduler: type[Scheduler] = Scheduler,
     ) -> None:
         self.config = config if config is not None else EngineConfig()
         if not isinstance(self.config, EngineConfig):
             raise TypeError(f"Engine needs an EngineConfig, got {type(self.config).__name__}")
-        self.scheduler = Scheduler(self.config, gate)
+        self.scheduler = scheduler(self.config, gate)
         self.runner: Runner = runner if runner is not None else self._make_runner()
         model_cfg = getattr(self.runner, "config", None)
         self.vocab_size: int | None = getattr(model_cfg, "vocab_size", None)

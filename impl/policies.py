@@ -84,7 +84,8 @@ class RawGatePolicy(GatePolicy, Protocol):
 
 
 class LegacyPolicy:
-    """No gate: every pass admits whatever it can (prefill-first).
+    """No gate: every pass admits whatever it can (prefill-first with
+    ``densegate.impl.baselines.PrefillFirstScheduler``, vLLM v0's order).
 
     This is the gate switched off, so a pass with something waiting is reported
     as ``DISABLED`` whatever the config says (``EMPTY`` when nothing waits).

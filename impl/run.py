@@ -60,7 +60,7 @@ class PassStats:
         if rec.prefill_tokens:
             self.prefill_passes += 1
             self.fill_sum += min(1.0, rec.prefill_tokens / self.dense_tokens)
-            if rec.decode_seqs:
+            if rec.interrupts_decode:
                 self.interrupting += 1
                 if rec.prefill_tokens < self.dense_tokens:
                     self.underfull_interrupting[rec.reason.name] += 1

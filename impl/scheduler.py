@@ -128,6 +128,8 @@ class PassPlan:
     """Tokens steps 2-3 would run if the gate fired (uncapped)."""
     waiting_tokens: int
     """``prefill_tokens`` capped at ``dense_tokens``: the gate's observation."""
+    stalled: int = 0
+    """Decoding requests this pass leaves out (only a prefill-first baseline does)."""
 
     @property
     def decode_seqs(self) -> int:
@@ -150,10 +152,13 @@ class PassRecord:
     kv_free_blocks: int
     waiting_tokens: int
     """The gate's observation: admissible prefill tokens, capped at dense_tokens."""
+    stalled_decodes: int = 0
+    """Decoding requests the pass left out (prefill-first baselines only)."""
 
     @property
     def interrupts_decode(self) -> bool:
-        return self.prefill_tokens > 0 and self.decode_seqs > 0
+        """Prefill ran while decodes were due: beside them, or instead of them."""
+        return self.prefill_tokens > 0 and (self.decode_seqs > 0 or self.stalled_decodes > 0)
 
 
 @dataclass
@@ -226,17 +231,22 @@ class Scheduler:
     # -- one pass ---------------------------------------------------------------------
     def plan(self) -> PassPlan:
         """Steps 1-3 of the module docstring; only step 1 (decode slots) mutates state."""
-        cfg = self.config
+        decodes, preempted, owed = self._plan_decodes()
+        return self._plan_prefill(decodes, preempted, owed)
+
+    def _plan_decodes(self) -> tuple[list[Request], list[Request], list[Request]]:
+        """Step 1: a KV slot for every decode; returns (decodes, preempted, owed).
+
+        ``owed`` lists the running requests still prefilling, in running order.
+        One walk over the running list reads each request's fields once and
+        calls the block manager only when a decode crosses into a new block.
+        """
         bm = self.blocks
         block_size = bm.block_size
         running = self.running
         decodes: list[Request] = []
         preempted: list[Request] = []
-        owed: list[Request] = []  # running but not decoding: prefill still owed
-        # One pass over the running list, reading each request's fields once
-        # (the properties num_tokens / is_decoding / remaining_prefill cost a
-        # call each), and calling the block manager only when a decode crosses
-        # into a new block (1 pass in block_size).
+        owed: list[Request] = []
         i = 0
         while i < len(running):
             r = running[i]
@@ -259,12 +269,20 @@ class Scheduler:
                 bm.allocate(table, n)
             decodes.append(r)
             i += 1
+        # Preemption takes running[-1], always at or after i: every request in
+        # owed is still running, in running-list order.
+        return decodes, preempted, owed
+
+    def _plan_prefill(
+        self, decodes: list[Request], preempted: list[Request], owed: list[Request]
+    ) -> PassPlan:
+        """Steps 2-3: owed chunks, then FCFS admission, from what decodes left."""
+        cfg = self.config
+        bm = self.blocks
         budget = cfg.max_num_batched_tokens - len(decodes)
         cap = self._cap
         partials: list[tuple[Request, int]] = []
         planned = 0
-        # Preemption takes running[-1], always at or after i: every request in
-        # owed is still running, in running-list order.
         for r in owed:
             if budget == 0:
                 break
@@ -276,7 +294,7 @@ class Scheduler:
                 planned += n
         admits: list[tuple[Request, int]] = []
         if not preempted:
-            slots = cfg.max_num_seqs - len(running)
+            slots = cfg.max_num_seqs - len(self.running)
             free = bm.num_free
             for r in self.waiting:
                 if slots == 0 or budget == 0:
@@ -351,6 +369,7 @@ class Scheduler:
                 len(self.running),
                 self.blocks.num_free,
                 plan.waiting_tokens,
+                plan.stalled,
             )
         )
         self._pass += 1
