@@ -6,18 +6,12 @@ against the spec machine must catch it (with a shrunk, replayable run).
 
 from __future__ import annotations
 
-import inspect
-import sys
-import types
-
 import pytest
 from hypothesis import settings
-from hypothesis.stateful import run_state_machine_as_test
 
 import densegate.impl.scheduler as sched_module
+from tests.mutation import assert_lockstep_catches, assert_lockstep_passes, text_mutant
 from tests.scheduler_lockstep import SchedulerLockstep
-
-SOURCE = inspect.getsource(sched_module)
 
 # (name, original text, replacement): each a plausible scheduler bug.
 _BREAK = "if need > free:\n                    break"
@@ -36,37 +30,17 @@ MUTANTS = [
 ]
 
 
-def _module(name: str, old: str, new: str) -> types.ModuleType:
-    assert SOURCE.count(old) == 1, f"{name}: mutation site not unique"
-    mod = types.ModuleType(f"sched_mutant_{name}")
-    sys.modules[mod.__name__] = mod
-    try:
-        exec(compile(SOURCE.replace(old, new), mod.__name__, "exec"), mod.__dict__)
-    finally:
-        del sys.modules[mod.__name__]
-    return mod
-
-
 @pytest.mark.parametrize(("name", "old", "new"), MUTANTS, ids=[m[0] for m in MUTANTS])
 def test_lockstep_catches_scheduler_bug(name: str, old: str, new: str) -> None:
-    machine = type(
-        "MutantSchedulerLockstep", (SchedulerLockstep,), {"impl": _module(name, old, new)}
+    mod = text_mutant(sched_module, name, old, new)
+    # Any failure (several distinct ones come as an exception group); its notes are checked.
+    assert_lockstep_catches(
+        SchedulerLockstep, mod, settings(stateful_step_count=40), raises=Exception
     )
-    with pytest.raises(Exception) as info:  # any failure; what kind is checked below
-        run_state_machine_as_test(machine, settings=settings(stateful_step_count=40))
-    notes = _notes(info.value)
-    assert "state.setup(" in notes, f"not a shrunk lockstep failure: {info.value!r}"
-
-
-def _notes(exc: BaseException) -> str:
-    """Hypothesis's replayable runs, also from inside an exception group."""
-    out = list(getattr(exc, "__notes__", []))
-    for sub in getattr(exc, "exceptions", ()):
-        out.append(_notes(sub))
-    return "\n".join(out)
 
 
 def test_unmutated_source_passes() -> None:
-    mod = _module("identity", "class Scheduler:", "class Scheduler:")
-    machine = type("IdentityLockstep", (SchedulerLockstep,), {"impl": mod})
-    run_state_machine_as_test(machine, settings=settings(stateful_step_count=10, max_examples=20))
+    mod = text_mutant(sched_module, "identity", "class Scheduler:", "class Scheduler:")
+    assert_lockstep_passes(
+        SchedulerLockstep, mod, settings(stateful_step_count=10, max_examples=20)
+    )
