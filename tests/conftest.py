@@ -7,6 +7,9 @@ Select with ``DENSEGATE_PROFILE=nightly`` (or Hypothesis' own
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 
 from tests.profiles import PROFILE
@@ -34,3 +37,19 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(PROFILE)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for a module, restored after it.
+
+    Tiny matmuls gain nothing from threads; with a busy core the OpenMP barrier
+    costs ms. Torch is imported here, not at the top, so runs without torch
+    tests do not pay for it.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

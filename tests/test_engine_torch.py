@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import collections
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,8 @@ from densegate.impl.gate import Reason
 from densegate.impl.model import DecoderModel, ModelConfig, reference_generate
 from densegate.impl.scheduler import PassRecord
 from densegate.impl.torch_runner import TorchRunner, decode_groups
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 BASE: dict[str, Any] = {
     "runner": "torch",
@@ -65,15 +67,6 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 LENGTHS = [3, 21, 9, 30, 6, 14, 1, 26]
 MAX_TOKENS = [9, 6, 11, 7, 10, 8, 12, 5]
 SEEDS = (0, 1)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny matmuls gain nothing from threads; with a busy core the OpenMP barrier costs ms."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def make_prompts(seed: int) -> list[list[int]]:

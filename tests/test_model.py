@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -17,17 +16,10 @@ from densegate.impl.batch import KVLayout, SeqChunk
 from densegate.impl.model import DecoderModel, ModelConfig, reference_generate
 from densegate.impl.torch_runner import build_forward_inputs
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 F64 = torch.float64
 LAYOUT = KVLayout(block_size=4, num_blocks=32, max_model_len=64, max_num_seqs=8)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny matmuls gain nothing from threads; with a busy core the OpenMP barrier costs ms."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

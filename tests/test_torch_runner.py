@@ -10,7 +10,6 @@ decode step itself) is exercised eagerly below.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -32,17 +31,10 @@ from densegate.impl.torch_runner import (
     percentile,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 F64 = torch.float64
 LAYOUT = KVLayout(block_size=4, num_blocks=48, max_model_len=40, max_num_seqs=8)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny matmuls gain nothing from threads; with a busy core the OpenMP barrier costs ms."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def new_runner() -> TorchRunner:
