@@ -25,31 +25,41 @@ arrivals among themselves, and finish what they hold with their local
 ``PrefillGate``, without further collectives (``_RankLoop._fallback``).
 
 This module knows nothing of torch.distributed: a ``Collective`` is anything
-that sums int vectors across ranks (``densegate.impl.dp_run`` has the torch one;
-tests use threads).
+that sums int vectors across ranks (``densegate.impl.dp_collective`` has the
+torch one; tests use threads). The config, the vector layout and the reports
+live in ``dp_config``, ``dp_vector`` and ``dp_report``; their names are
+importable from here too.
 """
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import logging
 import os
-import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from densegate.impl.aligned_gate import (
     VECTOR_SIZE,
     AlignedGate,
-    AlignedGateConfig,
     RankObservation,
     ReducedObservation,
 )
-from densegate.impl.dp_router import ROUTERS, Router, fallback_route
-from densegate.impl.engine import Engine, EngineConfig
+from densegate.impl.dp_collective import Collective, CollectiveError
+from densegate.impl.dp_config import COORDINATIONS as COORDINATIONS
+from densegate.impl.dp_config import DPConfig, Phase, make_prompts, phases
+from densegate.impl.dp_report import FIGURES, AlignmentStats, RankReport
+from densegate.impl.dp_router import Router, fallback_route
+from densegate.impl.dp_vector import (
+    ANY_WORK,
+    LOADS,
+    PREV_DECODE_ONLY,
+    PREV_PREFILL,
+    PREV_REASONS,
+    REASONS,
+    vector_size,
+)
+from densegate.impl.engine import Engine
 from densegate.impl.gate import Decision, PrefillGate, Reason
 from densegate.impl.request import RequestStatus
 from densegate.impl.run import PassStats, summarize
@@ -77,245 +87,8 @@ __all__ = [
 
 log = logging.getLogger("densegate.dp")
 
-_REASONS: tuple[Reason, ...] = tuple(Reason)
-ANY_WORK = VECTOR_SIZE
-PREV_PREFILL = VECTOR_SIZE + 1
-PREV_DECODE_ONLY = VECTOR_SIZE + 2
-PREV_REASONS = VECTOR_SIZE + 3
-"""``len(Reason)`` slots: ranks whose previous pass prefilled, per decision reason."""
-LOADS = PREV_REASONS + len(_REASONS)
-"""``world_size`` slots: outstanding requests of each rank."""
-
 CRASH_EXIT_CODE = 17
 """Exit status of a rank killed by the ``DPConfig.crash`` test hook."""
-
-COORDINATIONS = ("aligned", "local")
-
-
-def vector_size(world_size: int) -> int:
-    """Length of the per-tick vector for ``world_size`` ranks."""
-    return LOADS + world_size
-
-
-class CollectiveError(RuntimeError):
-    """The collective failed or timed out: some rank is gone."""
-
-
-class Collective(Protocol):
-    """Sums int vectors across the ranks of one group; raises ``CollectiveError`` on failure."""
-
-    def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
-        """Element-wise sum over every rank. ``first``: the first call of a phase (ranks
-        may still be building their models, so a longer timeout may apply)."""
-        ...
-
-    def survivors(self, routed: int) -> dict[int, int]:
-        """After a failure: every rank known to be alive -> how many arrivals it had routed.
-
-        ``routed`` is this rank's count, published for the others; waits at most
-        a grace period for ranks that are slow to notice the failure."""
-        ...
-
-
-@dataclass(frozen=True)
-class DPConfig:
-    """Everything every rank must agree on, besides the trace.
-
-    ``baselines`` adds two uncoordinated phases after the coordinated one, on
-    the null runner (scheduling does not depend on token values): every rank
-    with its gate off, and every rank with its own local gate. Both still
-    all-reduce every tick, so their mixed ticks are counted the same way.
-    ``crash`` = ``(rank, tick)`` (a test hook) makes that rank exit abruptly
-    at that tick of the first phase; ``crash_mode`` "hang" makes it stall
-    instead, to exercise the timeout rather than a closed connection.
-    """
-
-    engine: EngineConfig
-    router: str = "round-robin"
-    timeout_s: float = 30.0
-    startup_timeout_s: float = 300.0
-    target_fill: float = 1.0
-    stall_ticks: int = 0
-    kv_pressure_valve: bool = False
-    kv_high_watermark: float = 0.9
-    seed: int = 0
-    baselines: bool = True
-    keep_outputs: bool = False
-    crash: tuple[int, int] | None = None
-    crash_mode: str = "exit"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.engine, EngineConfig):
-            raise TypeError(f"DPConfig.engine must be an EngineConfig, got {self.engine!r}")
-        if self.router not in ROUTERS:
-            raise ValueError(f"DPConfig.router must be one of {ROUTERS}, got {self.router!r}")
-        for name in ("timeout_s", "startup_timeout_s"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                raise ValueError(f"DPConfig.{name} must be a number > 0, got {v!r}")
-        if not 0 < self.kv_high_watermark <= 1:
-            raise ValueError(
-                f"DPConfig.kv_high_watermark must be in (0, 1], got {self.kv_high_watermark!r}"
-            )
-        if self.crash_mode not in ("exit", "hang"):
-            raise ValueError(
-                f"DPConfig.crash_mode must be 'exit' or 'hang', got {self.crash_mode!r}"
-            )
-        # Raises on bad gate parameters before any process starts.
-        self.gate_config(self.engine)
-
-    def gate_config(self, engine: EngineConfig) -> AlignedGateConfig:
-        return AlignedGateConfig(
-            engine.dense,
-            engine.max_hold_passes,
-            engine.gate_enabled,
-            self.target_fill,
-            self.stall_ticks,
-            self.kv_pressure_valve,
-        )
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One pass over the trace: how the ranks decide, and on which engine."""
-
-    name: str
-    coordination: str
-    engine: EngineConfig
-
-
-def phases(config: DPConfig) -> list[Phase]:
-    """The coordinated run, then (if ``baselines``) the two uncoordinated ones."""
-    out = [Phase("coordinated", "aligned", config.engine)]
-    if config.baselines:
-        null = dataclasses.replace(config.engine, runner="null", model=None)
-        out.append(
-            Phase("uncoordinated_gate_off", "local", dataclasses.replace(null, gate_enabled=False))
-        )
-        out.append(
-            Phase("uncoordinated_local_gate", "local", dataclasses.replace(null, gate_enabled=True))
-        )
-    return out
-
-
-def make_prompts(trace: Sequence[TraceRequest], seed: int, vocab: int) -> list[list[int]]:
-    """Prompt ids in arrival order, drawn exactly as ``run_trace`` draws them.
-
-    So request ``i`` of a DP run has the very prompt request ``i`` of a
-    single-rank ``run_trace`` of the same trace and seed has.
-    """
-    rng = random.Random(seed)
-    ordered = sorted(trace, key=lambda r: r.arrival_pass)
-    return [[rng.randrange(vocab) for _ in range(r.prompt_len)] for r in ordered]
-
-
-@dataclass
-class AlignmentStats:
-    """How the ranks' passes lined up, tick by tick (identical on every rank).
-
-    A *mixed* tick has some rank prefilling while another only decodes: the
-    decoding ranks wait on the prefilling one in the step's collectives.
-    ``mixed_by_reason`` counts, per decision reason of a prefilling rank, the
-    mixed ticks it appears in (uncoordinated ranks may differ within a tick).
-    """
-
-    ticks: int = 0
-    prefill_ticks: int = 0
-    """Ticks where at least one rank prefilled."""
-    aligned_prefill_ticks: int = 0
-    """Prefill ticks where no rank only decoded: the ranks prefilled together."""
-    all_ranks_prefill_ticks: int = 0
-    """Prefill ticks where every rank prefilled."""
-    mixed_ticks: int = 0
-    stalled_rank_ticks: int = 0
-    """Sum over mixed ticks of the ranks that only decoded."""
-    mixed_by_reason: collections.Counter[str] = field(default_factory=collections.Counter)
-
-    def observe(
-        self, world_size: int, prefilled: int, decode_only: int, reasons: Sequence[int]
-    ) -> None:
-        self.ticks += 1
-        if not prefilled:
-            return
-        self.prefill_ticks += 1
-        self.all_ranks_prefill_ticks += prefilled == world_size
-        if not decode_only:
-            self.aligned_prefill_ticks += 1
-            return
-        self.mixed_ticks += 1
-        self.stalled_rank_ticks += decode_only
-        for reason, n in zip(_REASONS, reasons, strict=True):
-            if n:
-                self.mixed_by_reason[reason.name] += 1
-
-    def as_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["mixed_by_reason"] = dict(sorted(self.mixed_by_reason.items()))
-        return d
-
-
-@dataclass
-class RankReport:
-    """One rank's account of one phase; JSON-ready through ``as_dict``/``from_dict``.
-
-    ``decisions`` holds ``(tick, fire, reason)`` for every coordinated tick;
-    every rank of a healthy aligned phase holds the same list. Decisions taken
-    alone after a failure go to ``local_decisions``. ``assignment`` is the
-    whole routing (request id -> rank) every rank computed alike.
-    """
-
-    rank: int
-    world_size: int
-    phase: str
-    coordination: str
-    gate: str
-    runner: str
-    router: str
-    decisions: list[tuple[int, bool, str]] = field(default_factory=list)
-    local_decisions: list[tuple[int, bool, str]] = field(default_factory=list)
-    assignment: dict[str, int] = field(default_factory=dict)
-    finished: list[str] = field(default_factory=list)
-    rejected: list[str] = field(default_factory=list)
-    unfinished: list[str] = field(default_factory=list)
-    alignment: dict[str, Any] = field(default_factory=dict)
-    figures: dict[str, Any] = field(default_factory=dict)
-    failure: dict[str, Any] | None = None
-    outputs: dict[str, list[int]] | None = None
-    ticks: int = 0
-    wall_s: float = 0.0
-    collective_ms_per_tick: float = 0.0
-
-    @property
-    def assigned(self) -> list[str]:
-        """Requests the router sent to this rank."""
-        return [rid for rid, r in self.assignment.items() if r == self.rank]
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RankReport:
-        d = dict(d)
-        for key in ("decisions", "local_decisions"):
-            d[key] = [(int(t), bool(f), str(r)) for t, f, r in d.get(key, [])]
-        return cls(**d)
-
-
-_FIGURES = (
-    "requests",
-    "finished",
-    "passes",
-    "prompt_tokens",
-    "output_tokens",
-    "prefill_passes",
-    "mean_prefill_fill",
-    "decode_only_passes",
-    "prefill_passes_interrupting_decode",
-    "underfull_interrupting",
-    "ttft_passes",
-    "preemptions",
-    "runner_ms_per_pass",
-)
 
 
 class _RankLoop:
@@ -394,7 +167,7 @@ class _RankLoop:
         vec = self.gate.contribution(obs)
         prefilled, decode_only, reason = prev
         vec += [int(sched.has_work()), int(prefilled), int(decode_only)]
-        vec += [int(prefilled and reason is r) for r in _REASONS]
+        vec += [int(prefilled and reason is r) for r in REASONS]
         loads = [0] * self.world
         if self.least_loaded:  # tokens still to compute; O(running), not O(queue)
             loads[self.rank] = sched.queued_tokens + sum(
@@ -564,7 +337,7 @@ class _RankLoop:
         if self.config.keep_outputs:
             rep.outputs = {rid: list(engine.request(rid).output_token_ids) for rid in rep.finished}
         full = summarize(engine, self.stats, wall_s)
-        rep.figures = {k: full[k] for k in _FIGURES}
+        rep.figures = {k: full[k] for k in FIGURES}
         rep.alignment = self.align.as_dict()
         rep.ticks = tick
         rep.wall_s = wall_s

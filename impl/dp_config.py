@@ -1,0 +1,109 @@
+"""What every rank of a data-parallel run must agree on: the config, its phases, the prompts."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from densegate.impl.aligned_gate import AlignedGateConfig
+from densegate.impl.dp_router import ROUTERS
+from densegate.impl.engine import EngineConfig
+from densegate.impl.workload import TraceRequest
+
+__all__ = ["COORDINATIONS", "DPConfig", "Phase", "make_prompts", "phases"]
+
+COORDINATIONS = ("aligned", "local")
+
+
+@dataclass(frozen=True)
+class DPConfig:
+    """Everything every rank must agree on, besides the trace.
+
+    ``baselines`` adds two uncoordinated phases after the coordinated one, on
+    the null runner (scheduling does not depend on token values): every rank
+    with its gate off, and every rank with its own local gate. Both still
+    all-reduce every tick, so their mixed ticks are counted the same way.
+    ``crash`` = ``(rank, tick)`` (a test hook) makes that rank exit abruptly
+    at that tick of the first phase; ``crash_mode`` "hang" makes it stall
+    instead, to exercise the timeout rather than a closed connection.
+    """
+
+    engine: EngineConfig
+    router: str = "round-robin"
+    timeout_s: float = 30.0
+    startup_timeout_s: float = 300.0
+    target_fill: float = 1.0
+    stall_ticks: int = 0
+    kv_pressure_valve: bool = False
+    kv_high_watermark: float = 0.9
+    seed: int = 0
+    baselines: bool = True
+    keep_outputs: bool = False
+    crash: tuple[int, int] | None = None
+    crash_mode: str = "exit"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.engine, EngineConfig):
+            raise TypeError(f"DPConfig.engine must be an EngineConfig, got {self.engine!r}")
+        if self.router not in ROUTERS:
+            raise ValueError(f"DPConfig.router must be one of {ROUTERS}, got {self.router!r}")
+        for name in ("timeout_s", "startup_timeout_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ValueError(f"DPConfig.{name} must be a number > 0, got {v!r}")
+        if not 0 < self.kv_high_watermark <= 1:
+            raise ValueError(
+                f"DPConfig.kv_high_watermark must be in (0, 1], got {self.kv_high_watermark!r}"
+            )
+        if self.crash_mode not in ("exit", "hang"):
+            raise ValueError(
+                f"DPConfig.crash_mode must be 'exit' or 'hang', got {self.crash_mode!r}"
+            )
+        # Raises on bad gate parameters before any process starts.
+        self.gate_config(self.engine)
+
+    def gate_config(self, engine: EngineConfig) -> AlignedGateConfig:
+        return AlignedGateConfig(
+            engine.dense,
+            engine.max_hold_passes,
+            engine.gate_enabled,
+            self.target_fill,
+            self.stall_ticks,
+            self.kv_pressure_valve,
+        )
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One pass over the trace: how the ranks decide, and on which engine."""
+
+    name: str
+    coordination: str
+    engine: EngineConfig
+
+
+def phases(config: DPConfig) -> list[Phase]:
+    """The coordinated run, then (if ``baselines``) the two uncoordinated ones."""
+    out = [Phase("coordinated", "aligned", config.engine)]
+    if config.baselines:
+        null = dataclasses.replace(config.engine, runner="null", model=None)
+        out.append(
+            Phase("uncoordinated_gate_off", "local", dataclasses.replace(null, gate_enabled=False))
+        )
+        out.append(
+            Phase("uncoordinated_local_gate", "local", dataclasses.replace(null, gate_enabled=True))
+        )
+    return out
+
+
+def make_prompts(trace: Sequence[TraceRequest], seed: int, vocab: int) -> list[list[int]]:
+    """Prompt ids in arrival order, drawn exactly as ``run_trace`` draws them.
+
+    So request ``i`` of a DP run has the very prompt request ``i`` of a
+    single-rank ``run_trace`` of the same trace and seed has.
+    """
+    rng = random.Random(seed)
+    ordered = sorted(trace, key=lambda r: r.arrival_pass)
+    return [[rng.randrange(vocab) for _ in range(r.prompt_len)] for r in ordered]

@@ -1,0 +1,223 @@
+"""Starting ranks: each rank's process entry, and the launcher that starts N on 127.0.0.1.
+
+``rank_main`` joins the ``env://`` group (as under torchrun), runs every phase
+and writes its reports to ``rank{R}.json``. ``launch`` starts N such processes
+with ``torch.multiprocessing`` (forkserver, so torch is imported once rather
+than once per rank; spawn where there is no forkserver). The parent hosts the
+rendezvous store and hands each child the environment torchrun would give it
+(RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE), so
+the children take the ``env://`` path exactly as under torchrun. Because the
+store lives in the parent, it outlives any rank, and the parent marks a rank
+that exited abnormally as dead in it, so survivors learn who died at once.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from densegate.impl.dp_collective import ALIVE_KEY, DEAD_KEY, TorchCollective, agree_backend
+from densegate.impl.dp_config import DPConfig
+from densegate.impl.dp_rank import run_rank
+from densegate.impl.dp_report import RankReport
+from densegate.impl.dp_summary import merge_reports
+from densegate.impl.workload import TraceRequest
+
+__all__ = ["DPResult", "launch", "rank_main"]
+
+log = logging.getLogger("densegate.dp")
+
+_REPORT = "rank{}.json"
+
+
+def rank_main(
+    trace: Sequence[TraceRequest],
+    config: DPConfig,
+    out_dir: str | None = None,
+    *,
+    gather: bool = False,
+    backend: str = "auto",
+) -> tuple[int, list[RankReport], list[list[dict[str, Any]]] | None]:
+    """Join the ``env://`` group, run every phase, write ``out_dir/rank{R}.json``.
+
+    Returns ``(rank, this rank's reports, every rank's reports)``; the last is
+    gathered onto rank 0 only with ``gather`` and a healthy group (else None).
+    """
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.rendezvous import rendezvous
+
+    rdzv_timeout = datetime.timedelta(seconds=config.startup_timeout_s)
+    store, rank, world = next(rendezvous("env://", timeout=rdzv_timeout))
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    engine = config.engine
+    device = "cpu"
+    chosen = agree_backend(store, rank, world, engine.device, backend)
+    if engine.device.startswith("cuda") and torch.cuda.is_available():
+        dev = f"cuda:{local_rank % torch.cuda.device_count()}"
+        config = dataclasses.replace(config, engine=dataclasses.replace(engine, device=dev))
+        if chosen == "nccl":
+            torch.cuda.set_device(dev)
+            device = dev
+    else:
+        # Ranks share this machine's cores; tiny matmuls gain nothing from more threads.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, world)))
+    pg_timeout = max(config.timeout_s, config.startup_timeout_s)
+    dist.init_process_group(
+        chosen,
+        store=store,
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=pg_timeout),
+    )
+    collective = TorchCollective(
+        rank, world, store, config.timeout_s, config.startup_timeout_s, device
+    )
+    reports = run_rank(rank, world, trace, config, collective)
+    if out_dir is not None:
+        path = Path(out_dir) / _REPORT.format(rank)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([r.as_dict() for r in reports]))
+        tmp.replace(path)
+    everyone: list[list[dict[str, Any]]] | None = None
+    healthy = all(r.failure is None for r in reports)
+    if gather and healthy:
+        objs: list[Any] = [None] * world if rank == 0 else []
+        dist.gather_object([r.as_dict() for r in reports], objs if rank == 0 else None, dst=0)
+        everyone = objs if rank == 0 else None
+    if healthy:
+        dist.destroy_process_group()
+    return rank, reports, everyone
+
+
+def _spawn_entry(
+    index: int,
+    env: dict[str, str],
+    trace: Sequence[TraceRequest],
+    config: DPConfig,
+    out_dir: str,
+    backend: str,
+) -> None:
+    os.environ.update(env)
+    os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    rank_main(trace, config, out_dir, backend=backend)
+
+
+def _start_method() -> str:
+    """forkserver where there is one: torch is imported once, in the server, and every
+    rank forks from it (spawn would import torch in each rank, seconds apiece)."""
+    import multiprocessing
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "densegate.impl.dp_launch"])
+    return "forkserver"
+
+
+@dataclass(eq=False)
+class DPResult:
+    """A finished ``launch``: every surviving rank's reports, exit codes, wall time."""
+
+    world_size: int
+    reports: dict[int, list[RankReport]]
+    exitcodes: list[int | None]
+    wall_s: float
+    trace_len: int
+
+    def phase(self, name: str) -> dict[int, RankReport]:
+        """Rank -> report of phase ``name``, for the ranks that reported it."""
+        return {
+            rank: rep for rank, reps in self.reports.items() for rep in reps if rep.phase == name
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return merge_reports(
+            self.world_size,
+            {r: [x.as_dict() for x in reps] for r, reps in self.reports.items()},
+            self.trace_len,
+            self.wall_s,
+            self.exitcodes,
+        )
+
+
+def launch(
+    trace: Sequence[TraceRequest],
+    config: DPConfig,
+    world_size: int,
+    *,
+    backend: str = "auto",
+    out_dir: str | None = None,
+) -> DPResult:
+    """Start ``world_size`` rank processes on 127.0.0.1 and wait for all of them.
+
+    Ranks that exit abnormally are marked dead in the store at once. Once a
+    survivor reports a broken group, a rank that has not said it is alive
+    within ``timeout_s`` (plus slack) is taken as hung, killed, and marked dead.
+    """
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]
+    from torch.multiprocessing.spawn import start_processes
+
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    t0 = time.perf_counter()
+    store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(store.port),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+    }
+    with tempfile.TemporaryDirectory(prefix="densegate-dp-") as tmp:
+        where = out_dir or tmp
+        Path(where).mkdir(parents=True, exist_ok=True)
+        ctx = start_processes(  # type: ignore[no-untyped-call]
+            _spawn_entry,
+            args=(env, list(trace), config, where, backend),
+            nprocs=world_size,
+            join=False,
+            start_method=_start_method(),
+        )
+        procs = ctx.processes
+        marked: set[int] = set()
+        failed_at: float | None = None  # when a survivor first reported a broken group
+        while any(p.is_alive() for p in procs):
+            for r, p in enumerate(procs):
+                if not p.is_alive() and p.exitcode != 0 and r not in marked:
+                    store.set(DEAD_KEY.format(r), str(p.exitcode))
+                    marked.add(r)
+            if failed_at is None and any(
+                store.check([ALIVE_KEY.format(r)]) for r in range(world_size)
+            ):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > config.timeout_s + 1:
+                # Survivors have stopped waiting for them: a rank that never said it is
+                # alive is hung, and would outlive the run.
+                for r, p in enumerate(procs):
+                    if p.is_alive() and not store.check([ALIVE_KEY.format(r)]):
+                        log.warning("rank %d hung after the group broke; killing it", r)
+                        store.set(DEAD_KEY.format(r), "killed")
+                        p.kill()
+                        p.join()
+            time.sleep(0.05)
+        for p in procs:
+            p.join()
+        exitcodes = [p.exitcode for p in procs]
+        reports: dict[int, list[RankReport]] = {}
+        for r in range(world_size):
+            path = Path(where) / _REPORT.format(r)
+            if path.exists():
+                reports[r] = [RankReport.from_dict(d) for d in json.loads(path.read_text())]
+    return DPResult(world_size, reports, exitcodes, time.perf_counter() - t0, len(trace))
