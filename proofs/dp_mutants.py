@@ -16,15 +16,12 @@ from typing import ClassVar
 
 import z3
 
+from densegate.proofs.common import named_mutant, patch
 from densegate.proofs.prover import Mutant
 from densegate.spec.dp_gate import DpConditions, DpMachine, reason
 from densegate.spec.machine import Command, Vars
 
 __all__ = ["DP_MUTANTS", "dp_mutant"]
-
-
-def _patch(cmds: Sequence[Command], name: str, **changes: object) -> tuple[Command, ...]:
-    return tuple(replace(c, **changes) if c.name == name else c for c in cmds)  # type: ignore[arg-type]
 
 
 def _cond(**fields: object) -> type[DpMachine]:
@@ -103,7 +100,7 @@ class _LocalHoldCounter(DpMachine):
         cmds = super().commands(p, s, o)
         hold = next(c for c in cmds if c.name == "HOLD")
         counted = dict(hold.next) | {"h": z3.If(o["lw"] == 1, s["h"] + 1, s["h"])}
-        return _patch(cmds, "HOLD", next=counted)
+        return patch(cmds, "HOLD", next=counted)
 
 
 class _WallClockStall(DpMachine):
@@ -123,14 +120,14 @@ class _CountWhileEmpty(DpMachine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         cmds = super().commands(p, s, o)
         empty = next(c for c in cmds if c.name == "EMPTY")
-        return _patch(cmds, "EMPTY", next=dict(empty.next) | {"h": s["h"] + 1})
+        return patch(cmds, "EMPTY", next=dict(empty.next) | {"h": s["h"] + 1})
 
 
 class _HoldNotCounted(DpMachine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         cmds = super().commands(p, s, o)
         hold = next(c for c in cmds if c.name == "HOLD")
-        return _patch(cmds, "HOLD", next=dict(hold.next) | {"h": s["h"]})
+        return patch(cmds, "HOLD", next=dict(hold.next) | {"h": s["h"]})
 
 
 class _GrowthResetsBudget(DpMachine):
@@ -138,7 +135,7 @@ class _GrowthResetsBudget(DpMachine):
         cmds = super().commands(p, s, o)
         hold = next(c for c in cmds if c.name == "HOLD")
         restarted = z3.If(o["F"] > s["q"], z3.IntVal(1), s["h"] + 1)
-        return _patch(cmds, "HOLD", next=dict(hold.next) | {"h": restarted})
+        return patch(cmds, "HOLD", next=dict(hold.next) | {"h": restarted})
 
 
 class _StallGap(DpMachine):
@@ -146,14 +143,14 @@ class _StallGap(DpMachine):
         cmds = super().commands(p, s, o)
         stall = next(c for c in cmds if c.name == "STALL")
         quiet = o["t"] - self.memory(p, s, o)["g"]
-        return _patch(cmds, "STALL", guard=z3.And(stall.guard, quiet > p["S"]))
+        return patch(cmds, "STALL", guard=z3.And(stall.guard, quiet > p["S"]))
 
 
 class _KvOverlap(DpMachine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         c = self.conditions(p, s, o)
         guard = z3.And(c.waiting, c.decoding, c.pressured)  # forgets enabled
-        return _patch(super().commands(p, s, o), "KV_PRESSURE", guard=guard)
+        return patch(super().commands(p, s, o), "KV_PRESSURE", guard=guard)
 
 
 _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
@@ -230,9 +227,7 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
 def dp_mutant(name: str) -> Mutant:
     """A fresh instance of the named broken machine, as a single rank."""
     cls, description = _CATALOG[name]
-    machine = cls()
-    machine.name = f"dp[{name}]"
-    return Mutant(name, description, machine)
+    return named_mutant("dp", name, description, cls())
 
 
 DP_MUTANTS: dict[str, Mutant] = {name: dp_mutant(name) for name in _CATALOG}

@@ -8,10 +8,18 @@ single-rank gate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import z3
 
+from densegate.proofs.common import (
+    AGE,
+    age_is_hold,
+    bounded_hold,
+    hold_bounded,
+    one_command_and_ranked,
+    true_invariant,
+)
 from densegate.proofs.dp_mutants import DP_MUTANTS
 from densegate.proofs.prover import Monitor, Mutant, Obligation, Prop, Step
 from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair, reason, same_reason
@@ -31,33 +39,10 @@ def _two_budgets_visible(p: Vars) -> z3.BoolRef:
     return z3.And(_readable(p), p["K"] >= 3)
 
 
-def _true(p: Vars, s: Vars) -> z3.BoolRef:
-    return z3.BoolVal(True)
-
-
-def _bounded(p: Vars, s: Mapping[str, z3.ExprRef], h: str = "h") -> z3.BoolRef:
-    return z3.And(s[h] >= 0, s[h] < p["K"])
-
-
-def _rank(p: Vars, s: Mapping[str, z3.ExprRef]) -> z3.ArithRef:
-    return p["K"] - 1 - s["h"]
-
-
 def _dense(p: Vars, o: Vars) -> z3.BoolRef:
     """Every rank waits and the aggregate reaches T tokens per rank: stated apart from the
     machine, so a mutant that changes the machine's test cannot change the property."""
     return z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
-
-
-# age: consecutive ticks the current waiting episode has been held on every rank.
-# The machine never reads it, so it measures what h only claims to count, and it
-# counts the delayer's holds and the gate's alike.
-_AGE = Monitor(
-    "age",
-    z3.Int,
-    init=lambda p: z3.IntVal(0),
-    update=lambda st: z3.If(st.out["fire"], 0, st.s["age"] + 1),
-)
 
 
 def _d1(st: Step) -> z3.BoolRef:
@@ -72,30 +57,12 @@ def _d1_inv(p: Vars, s: Vars) -> z3.BoolRef:
     return z3.And(*[s[f"{k}1"] == s[f"{k}2"] for k in keys])
 
 
-def _d2(st: Step) -> z3.BoolRef:
-    K = st.p["K"]
-    return z3.And(
-        st.s2["age"] < K,
-        z3.Implies(st.out["reason"] == reason("BUDGET"), st.s["age"] == K - 1),
-    )
-
-
 def _d3(st: Step) -> z3.BoolRef:
     o = st.o
     return z3.And(
         z3.Implies(z3.And(o["W"] > 0, o["D"] == 0), st.out["fire"]),
         z3.Implies(st.out["reason"] == reason("NO_DECODE"), o["D"] == 0),
     )
-
-
-def _d4(st: Step) -> z3.BoolRef:
-    one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1
-    holds = [c for c in st.commands if z3.is_false(z3.simplify(c.out["fire"]))]
-    ranked = [
-        z3.Implies(c.guard, z3.And(_rank(st.p, st.s) >= 0, _rank(st.p, c.next) < _rank(st.p, st.s)))
-        for c in holds
-    ]
-    return z3.And(one, *ranked)
 
 
 def _d5(st: Step) -> z3.BoolRef:
@@ -169,8 +136,8 @@ DP_OBLIGATIONS: list[Obligation] = [
         "D2",
         "bounded hold, one budget: every rank's waiting work fires within K ticks (age < K); "
         "BUDGET only after K-1 held ticks",
-        _d2,
-        lambda p, s: z3.And(_bounded(p, s), s["age"] == s["h"]),
+        bounded_hold(reason("BUDGET")),
+        age_is_hold,
         [
             "two_budgets",
             "budget_off_by_one",
@@ -178,22 +145,22 @@ DP_OBLIGATIONS: list[Obligation] = [
             "hold_not_counted",
             "growth_resets_budget",
         ],
-        monitors=[_AGE],
+        monitors=[AGE],
         readable=_two_budgets_visible,
     ),
     _ob(
         "D3",
         "global tail escape: W > 0 and no rank decodes (D = 0) => FIRE; NO_DECODE only when D = 0",
         _d3,
-        _true,
+        true_invariant,
         ["tail_escape_dropped", "local_tail_escape"],
     ),
     _ob(
         "D4",
         "no deadlock: exactly one command per state and reduced vector; "
         "HOLD decreases the rank K-1-h >= 0",
-        _d4,
-        _bounded,
+        one_command_and_ranked,
+        hold_bounded,
         ["stall_gap", "kv_overlap", "hold_not_counted", "growth_resets_budget"],
         needs_step=False,
     ),
@@ -201,7 +168,7 @@ DP_OBLIGATIONS: list[Obligation] = [
         "D5",
         "legacy equivalence: disabled => every rank FIREs every tick (no delayer either)",
         _d5,
-        _true,
+        true_invariant,
         ["disabled_ignored", "delayer_ignores_disabled"],
     ),
     _ob(
@@ -225,7 +192,7 @@ DP_OBLIGATIONS: list[Obligation] = [
         "aligned density: DENSE => every rank waits and F >= T*N; "
         "HOLD => enabled, W > 0, D > 0 and not dense",
         _d7,
-        _true,
+        true_invariant,
         ["dense_any_rank", "dense_unscaled", "dense_strict", "tail_escape_dropped"],
     ),
 ]

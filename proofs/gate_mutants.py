@@ -12,15 +12,12 @@ from dataclasses import replace
 
 import z3
 
+from densegate.proofs.common import named_mutant, patch
 from densegate.proofs.prover import Mutant
 from densegate.spec.gate import GateConditions, GateMachine
 from densegate.spec.machine import Command, Vars
 
 __all__ = ["GATE_MUTANTS", "gate_mutant"]
-
-
-def _patch(cmds: Sequence[Command], name: str, **changes: object) -> tuple[Command, ...]:
-    return tuple(replace(c, **changes) if c.name == name else c for c in cmds)  # type: ignore[arg-type]
 
 
 class _BudgetOffByOne(GateMachine):
@@ -45,17 +42,17 @@ class _DisabledIgnored(GateMachine):
 
 class _CountWhileEmpty(GateMachine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        return _patch(super().commands(p, s, o), "EMPTY", next={"h": s["h"] + 1})
+        return patch(super().commands(p, s, o), "EMPTY", next={"h": s["h"] + 1})
 
 
 class _NoResetAfterDense(GateMachine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        return _patch(super().commands(p, s, o), "DENSE", next={"h": s["h"]})
+        return patch(super().commands(p, s, o), "DENSE", next={"h": s["h"]})
 
 
 class _HoldNotCounted(GateMachine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        return _patch(super().commands(p, s, o), "HOLD", next={"h": s["h"]})
+        return patch(super().commands(p, s, o), "HOLD", next={"h": s["h"]})
 
 
 class _BudgetGap(GateMachine):
@@ -63,13 +60,13 @@ class _BudgetGap(GateMachine):
         cmds = super().commands(p, s, o)
         budget = next(c for c in cmds if c.name == "BUDGET")
         strict = z3.And(budget.guard, s["h"] + 1 > p["K"])
-        return _patch(cmds, "BUDGET", guard=strict)
+        return patch(cmds, "BUDGET", guard=strict)
 
 
 class _DenseOverlap(GateMachine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         c = self.conditions(p, s, o)
-        return _patch(super().commands(p, s, o), "DENSE", guard=z3.And(c.waiting, c.dense))
+        return patch(super().commands(p, s, o), "DENSE", guard=z3.And(c.waiting, c.dense))
 
 
 _CATALOG: dict[str, tuple[type[GateMachine], str]] = {
@@ -93,9 +90,7 @@ _CATALOG: dict[str, tuple[type[GateMachine], str]] = {
 
 def gate_mutant(name: str) -> Mutant:
     cls, description = _CATALOG[name]
-    machine = cls()
-    machine.name = f"gate[{name}]"
-    return Mutant(name, description, machine)
+    return named_mutant("gate", name, description, cls())
 
 
 GATE_MUTANTS: dict[str, Mutant] = {name: gate_mutant(name) for name in _CATALOG}

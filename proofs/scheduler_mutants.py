@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import z3
 
+from densegate.proofs.common import named_mutant
 from densegate.proofs.gate_mutants import GATE_MUTANTS
 from densegate.proofs.prover import Mutant
 from densegate.spec.machine import Vars
@@ -81,12 +82,10 @@ def scheduler_mutants(slots: int, block_size: int) -> dict[str, Mutant]:
     """One machine per broken hook, plus the real scheduler over broken gates."""
     out = {}
     for name, (cls, description) in _CATALOG.items():
-        machine = cls(slots, block_size)
-        machine.name = f"scheduler[{name}]"
-        out[name] = Mutant(name, description, machine)
+        out[name] = named_mutant("scheduler", name, description, cls(slots, block_size))
     for name, gate_name in _BROKEN_GATES.items():
         broken = GATE_MUTANTS[gate_name]
         machine = SchedulerMachine(slots, block_size, gate=broken.machine)  # type: ignore[arg-type]
-        machine.name = f"scheduler[{name}]"
-        out[name] = Mutant(name, f"the scheduler over a broken gate: {broken.description}", machine)
+        description = f"the scheduler over a broken gate: {broken.description}"
+        out[name] = named_mutant("scheduler", name, description, machine)
     return out
