@@ -20,21 +20,14 @@ from densegate.impl.dp_rank import CRASH_EXIT_CODE, DPConfig
 from densegate.impl.dp_run import launch
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.run import run_trace
-from densegate.impl.workload import TraceRequest, synthetic_trace
+from densegate.impl.workload import synthetic_trace
 from densegate.proofs.cli import main as cli_main
+from tests.dp_small import ENGINE, small_trace
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed gloo"
 )
 
-ENGINE = EngineConfig(
-    max_num_seqs=8,
-    max_num_batched_tokens=256,
-    block_size=16,
-    num_blocks=160,
-    max_model_len=512,
-    max_hold_passes=6,
-)
 SMALL = [
     "--max-num-seqs",
     "8",
@@ -47,12 +40,6 @@ SMALL = [
     "--max-hold-passes",
     "6",
 ]
-
-
-def small_trace(n: int, seed: int, rate: float = 1.5) -> list[TraceRequest]:
-    return synthetic_trace(
-        n, seed, rate=rate, prompt_median=48, output_median=12, max_model_len=512
-    )
 
 
 def test_densegate_run_dp_2_logs_the_same_decisions_on_both_ranks(

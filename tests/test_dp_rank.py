@@ -32,21 +32,7 @@ from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Reason
 from densegate.impl.run import run_trace, summarize
 from densegate.impl.workload import TraceRequest, synthetic_trace
-
-ENGINE = EngineConfig(
-    max_num_seqs=8,
-    max_num_batched_tokens=256,
-    block_size=16,
-    num_blocks=160,
-    max_model_len=512,
-    max_hold_passes=6,
-)
-
-
-def small_trace(n: int, seed: int, rate: float = 1.5) -> list[TraceRequest]:
-    return synthetic_trace(
-        n, seed, rate=rate, prompt_median=48, output_median=12, max_model_len=ENGINE.max_model_len
-    )
+from tests.dp_small import ENGINE, small_trace
 
 
 class _Crash(BaseException):
