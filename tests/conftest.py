@@ -8,6 +8,7 @@ Select with ``DENSEGATE_PROFILE=nightly`` (or Hypothesis' own
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -18,24 +19,14 @@ from tests.profiles import PROFILE
 # annotate it; the shrunk steps it would annotate are printed anyway.
 _PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink]
 
-settings.register_profile(
-    "ci",
-    derandomize=True,
-    deadline=None,
-    max_examples=100,
-    print_blob=True,
-    phases=_PHASES,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.register_profile(
-    "nightly",
-    derandomize=False,
-    deadline=None,
-    max_examples=2_000,
-    print_blob=True,
-    phases=_PHASES,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+_COMMON: dict[str, Any] = {
+    "deadline": None,
+    "print_blob": True,
+    "phases": _PHASES,
+    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
+}
+settings.register_profile("ci", derandomize=True, max_examples=100, **_COMMON)
+settings.register_profile("nightly", derandomize=False, max_examples=2_000, **_COMMON)
 settings.load_profile(PROFILE)
 
 
