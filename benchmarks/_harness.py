@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from densegate.impl.batch import NullRunner
+from densegate.impl.batch import NullRunner, ScheduledBatch
 from densegate.impl.gate import GateConfig, PrefillGate
 from densegate.impl.policies import GatePolicy
 from densegate.impl.request import Request
@@ -47,15 +47,21 @@ def _request(seq: int, prompt_len: int, max_tokens: int, at: int) -> Request:
     return Request(str(seq), seq, _PROMPT[:prompt_len], max_tokens, at, 0.0)
 
 
-def _step(s: Scheduler, runner: NullRunner) -> float:
-    """One pass; the seconds spent in ``schedule`` and ``update`` only."""
+def _timed_pass(s: Scheduler, runner: NullRunner) -> tuple[ScheduledBatch, float, float]:
+    """One pass: its batch and the seconds in ``schedule`` and in ``update`` (not the runner)."""
     t0 = time.perf_counter()
     batch = s.schedule()
     t1 = time.perf_counter()
     tokens = runner.execute(batch)
     t2 = time.perf_counter()
     s.update(batch, tokens, t2)
-    return (t1 - t0) + (time.perf_counter() - t2)
+    return batch, t1 - t0, time.perf_counter() - t2
+
+
+def _step(s: Scheduler, runner: NullRunner) -> float:
+    """One pass; the seconds spent in ``schedule`` and ``update`` only."""
+    _, scheduling, updating = _timed_pass(s, runner)
+    return scheduling + updating
 
 
 class SteadyState:
@@ -182,15 +188,9 @@ def replay(
             s.add(_request(i, r.prompt_len, r.output_len, s.pass_index))
             i += 1
             idle = False
-        t0 = time.perf_counter()
-        batch = s.schedule()
-        t1 = time.perf_counter()
-        tokens = runner.execute(batch)
-        t2 = time.perf_counter()
-        s.update(batch, tokens, t2)
-        t3 = time.perf_counter()
-        sched += t1 - t0
-        upd += t3 - t2
+        batch, scheduling, updating = _timed_pass(s, runner)
+        sched += scheduling
+        upd += updating
         n += 1
         decodes += len(batch.decodes)
         if batch.index <= last_arrival:
