@@ -223,9 +223,10 @@ def _value(model: z3.ModelRef, term: z3.ExprRef) -> Any:
     return str(v)
 
 
-_CONSECUTION: dict[tuple[int, int, tuple[int, ...]], tuple[Machine, CheckResult]] = {}
-"""Consecution results by (machine, invariant, monitors): obligations sharing an
-invariant prove it once per ``densegate prove`` run."""
+_CONSECUTION: dict[tuple[int, int, tuple[int, ...]], Machine] = {}
+"""Invariants proved inductive, by (machine, invariant, monitors): obligations
+sharing an invariant prove it once per run. Only ``unsat`` is remembered, so an
+``unknown`` (say, under a smaller rlimit) is always asked again."""
 
 
 def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
@@ -237,12 +238,12 @@ def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs)]
     inv_s = ob.invariant(p, f.state)
     key = (id(machine), id(ob.invariant), tuple(id(m) for m in ob.monitors))
-    hit = _CONSECUTION.get(key)
-    if hit is not None and hit[0] is machine:
-        consecution = CheckResult("consecution", hit[1].status, 0.0, hit[1].reason or "cached")
+    if _CONSECUTION.get(key) is machine:
+        consecution = CheckResult("consecution", "unsat", 0.0, "proved earlier in this run")
     else:
         consecution = _check("consecution", [*base, inv_s, trans], ob.invariant(p, nxt))
-        _CONSECUTION[key] = (machine, consecution)
+        if consecution.status == "unsat":
+            _CONSECUTION[key] = machine
     checks = [
         _check("initiation", [machine.param_ok(p), u.init(p, f.state)], inv_s),
         consecution,
