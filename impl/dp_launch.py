@@ -19,6 +19,7 @@ import logging
 import os
 import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,7 +112,13 @@ def _spawn_entry(
     os.environ.update(env)
     os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
-    rank_main(trace, config, out_dir, backend=backend)
+    try:
+        rank_main(trace, config, out_dir, backend=backend)
+    except BaseException:
+        # torch's spawn wrapper queues the traceback for a join() this launcher
+        # never calls: print it, or a crashed rank dies silently.
+        traceback.print_exc()
+        raise
 
 
 def _start_method() -> str:

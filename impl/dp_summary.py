@@ -31,7 +31,13 @@ def merge_reports(
             by_phase[rep.phase][rank] = rep
     main = by_phase.get("coordinated", {})
     if not main:
-        return {"dp": world_size, "requests": trace_len, "error": "no rank reported"}
+        codes = list(exitcodes) if exitcodes is not None else None
+        return {
+            "dp": world_size,
+            "requests": trace_len,
+            "error": f"no rank reported (exit codes {codes}; their tracebacks are above)",
+            "exitcodes": codes,
+        }
     first = main[min(main)]
     finished = sorted({rid for rep in main.values() for rid in rep.finished}, key=int)
     rejected = sorted({rid for rep in main.values() for rid in rep.rejected}, key=int)
@@ -137,6 +143,9 @@ def print_summary(s: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
+    if "error" in s:
+        console.print(f"[red]densegate run --dp {s['dp']}: {s['error']}[/]")
+        return
     t = Table(
         title=f"densegate run --dp {s['dp']} (router {s.get('router')}, gate {s.get('gate')}, "
         f"runner {s.get('runner_kind')})",

@@ -52,13 +52,12 @@ class EngineConfig(SchedulerConfig):
         if self.model is not None and self.runner != "torch":
             raise ValueError("EngineConfig.model is only used with runner='torch'")
         if self.num_threads is not None:
+            # Ignored by the null runner, so a config can switch runners freely.
             if not _is_int(self.num_threads) or self.num_threads < 1:
                 raise ValueError(
                     "EngineConfig.num_threads must be an int >= 1 or None, "
                     f"got {self.num_threads!r}"
                 )
-            if self.runner != "torch":
-                raise ValueError("EngineConfig.num_threads is only used with runner='torch'")
 
     @property
     def layout(self) -> KVLayout:

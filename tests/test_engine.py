@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from densegate.impl import (
@@ -243,3 +245,12 @@ def test_planning_never_walks_the_queue() -> None:
 def test_null_runner_validates_its_token() -> None:
     with pytest.raises(ValueError, match=r"NullRunner\.token"):
         NullRunner(-1)
+
+
+def test_a_torch_config_can_switch_to_the_null_runner() -> None:
+    """Comparison runs (DP baselines, benches) reuse a torch config with runner='null'."""
+    cfg = small(runner="torch", num_threads=1)
+    null = dataclasses.replace(cfg, runner="null")
+    assert Engine(null).generate([[1, 2]], 2) == [[0, 0]]
+    with pytest.raises(ValueError, match="num_threads"):
+        small(runner="torch", num_threads=0)
