@@ -51,13 +51,11 @@ class EngineConfig(SchedulerConfig):
             raise ValueError(f"EngineConfig.device must be a device string, got {self.device!r}")
         if self.model is not None and self.runner != "torch":
             raise ValueError("EngineConfig.model is only used with runner='torch'")
-        if self.num_threads is not None:
-            # Ignored by the null runner, so a config can switch runners freely.
-            if not _is_int(self.num_threads) or self.num_threads < 1:
-                raise ValueError(
-                    "EngineConfig.num_threads must be an int >= 1 or None, "
-                    f"got {self.num_threads!r}"
-                )
+        # num_threads is ignored by the null runner, so a config can switch runners.
+        if self.num_threads is not None and (not _is_int(self.num_threads) or self.num_threads < 1):
+            raise ValueError(
+                f"EngineConfig.num_threads must be an int >= 1 or None, got {self.num_threads!r}"
+            )
 
     @property
     def layout(self) -> KVLayout:
