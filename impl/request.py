@@ -94,16 +94,6 @@ class Request:
         """Prefill done and a token sampled: the next pass feeds one token."""
         return bool(self.output_token_ids) and self.num_computed == self.num_tokens - 1
 
-    @property
-    def remaining_prefill(self) -> int:
-        return 0 if self.is_decoding else self.num_tokens - self.num_computed
-
-    def token(self, position: int) -> int:
-        n = len(self.prompt_token_ids)
-        return (
-            self.prompt_token_ids[position] if position < n else self.output_token_ids[position - n]
-        )
-
     def tokens(self, start: int, stop: int) -> list[int]:
         n = len(self.prompt_token_ids)
         if stop <= n:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from densegate.impl.engine import Engine
-from densegate.impl.gate import Reason
 from densegate.impl.request import RequestStatus
 from densegate.impl.scheduler import PassRecord, SchedulerConfig
 from densegate.impl.workload import TraceRequest
@@ -189,7 +188,3 @@ def timed_run(
     t0 = time.perf_counter()
     stats = run_trace(engine, trace, seed, on_pass)
     return summarize(engine, stats, time.perf_counter() - t0)
-
-
-# Reasons whose under-full prefill the gate allows by design (DESIGN.md valves).
-ALLOWED_UNDERFULL = frozenset({Reason.BUDGET.name, Reason.NO_DECODE.name})
