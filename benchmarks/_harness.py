@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from densegate.impl.batch import NullRunner, ScheduledBatch
+from densegate.impl.baselines.policies import GatePolicy
 from densegate.impl.gate import GateConfig, PrefillGate
-from densegate.impl.policies import GatePolicy
-from densegate.impl.request import Request
-from densegate.impl.scheduler import Scheduler, SchedulerConfig
-from densegate.impl.workload import TraceRequest
+from densegate.impl.sched.batch import NullRunner, ScheduledBatch
+from densegate.impl.sched.request import Request
+from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
+from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [
     "EXTERNAL_STEP_US",

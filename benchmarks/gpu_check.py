@@ -70,13 +70,13 @@ def _import_impl() -> None:
 
 _import_impl()
 
-from densegate.impl.batch import KVLayout, ScheduledBatch, SeqChunk  # noqa: E402
-from densegate.impl.cuda_graphs import choose_bucket, decode_buckets  # noqa: E402
 from densegate.impl.engine import Engine, EngineConfig  # noqa: E402
-from densegate.impl.model import ModelConfig, reference_generate  # noqa: E402
-from densegate.impl.run import run_trace  # noqa: E402
-from densegate.impl.torch_runner import TorchRunner  # noqa: E402
-from densegate.impl.workload import synthetic_trace  # noqa: E402
+from densegate.impl.runners.cuda_graphs import choose_bucket, decode_buckets  # noqa: E402
+from densegate.impl.runners.model import ModelConfig, reference_generate  # noqa: E402
+from densegate.impl.runners.torch_runner import TorchRunner  # noqa: E402
+from densegate.impl.sched.batch import KVLayout, ScheduledBatch, SeqChunk  # noqa: E402
+from densegate.impl.traces.replay import run_trace  # noqa: E402
+from densegate.impl.traces.workload import synthetic_trace  # noqa: E402
 
 LAYOUT = KVLayout(block_size=16, num_blocks=1024, max_model_len=512, max_num_seqs=64)
 SMALL = ModelConfig(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from densegate.impl.aligned_gate import (
+from densegate.impl.dp_gate import (
     VECTOR_SIZE,
     AlignedGate,
     AlignedGateConfig,
@@ -17,27 +17,26 @@ from densegate.impl.aligned_gate import (
     RankObservation,
     ReducedObservation,
 )
-from densegate.impl.batch import BatchKind, KVLayout, NullRunner, Runner, ScheduledBatch, SeqChunk
-from densegate.impl.block_manager import BlockManager
 from densegate.impl.engine import Engine, EngineConfig, RequestMetrics, RequestOutput
-from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
-from densegate.impl.policies import (
-    POLICIES,
-    GatePolicy,
-    LegacyPolicy,
-    OriginalPolicy,
-    RawCounts,
+from densegate.impl.gate import Decision, GateConfig, GateInput, GatePolicy, PrefillGate, Reason
+from densegate.impl.sched.batch import (
+    BatchKind,
+    KVLayout,
+    NullRunner,
+    Runner,
+    ScheduledBatch,
+    SeqChunk,
 )
-from densegate.impl.request import Request, RequestStatus
-from densegate.impl.scheduler import PassPlan, PassRecord, Scheduler, SchedulerConfig
-from densegate.impl.workload import TraceRequest, load_trace, synthetic_trace
+from densegate.impl.sched.block_manager import BlockManager
+from densegate.impl.sched.request import Request, RequestStatus
+from densegate.impl.sched.scheduler import PassPlan, PassRecord, Scheduler, SchedulerConfig
+from densegate.impl.traces.workload import TraceRequest, load_trace, synthetic_trace
 
 if TYPE_CHECKING:
-    from densegate.impl.model import DecoderModel, ModelConfig, reference_generate
-    from densegate.impl.torch_runner import RunnerStats, TorchRunner
+    from densegate.impl.runners.model import DecoderModel, ModelConfig, reference_generate
+    from densegate.impl.runners.torch_runner import RunnerStats, TorchRunner
 
 __all__ = [
-    "POLICIES",
     "VECTOR_SIZE",
     "AlignedGate",
     "AlignedGateConfig",
@@ -52,15 +51,12 @@ __all__ = [
     "GateInput",
     "GatePolicy",
     "KVLayout",
-    "LegacyPolicy",
     "ModelConfig",
     "NullRunner",
-    "OriginalPolicy",
     "PassPlan",
     "PassRecord",
     "PrefillGate",
     "RankObservation",
-    "RawCounts",
     "Reason",
     "ReducedObservation",
     "Request",
@@ -81,11 +77,11 @@ __all__ = [
 ]
 
 _LAZY = {
-    "DecoderModel": "densegate.impl.model",
-    "ModelConfig": "densegate.impl.model",
-    "reference_generate": "densegate.impl.model",
-    "RunnerStats": "densegate.impl.torch_runner",
-    "TorchRunner": "densegate.impl.torch_runner",
+    "DecoderModel": "densegate.impl.runners.model",
+    "ModelConfig": "densegate.impl.runners.model",
+    "reference_generate": "densegate.impl.runners.model",
+    "RunnerStats": "densegate.impl.runners.torch_runner",
+    "TorchRunner": "densegate.impl.runners.torch_runner",
 }
 
 

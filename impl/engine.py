@@ -12,12 +12,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from densegate.impl.batch import KVLayout, NullRunner, Runner
-from densegate.impl.block_manager import blocks_for
-from densegate.impl.gate import Decision
-from densegate.impl.policies import GatePolicy
-from densegate.impl.request import Request, RequestStatus
-from densegate.impl.scheduler import PassPlan, Scheduler, SchedulerConfig
+from densegate.impl.gate import Decision, GatePolicy
+from densegate.impl.sched.batch import KVLayout, NullRunner, Runner
+from densegate.impl.sched.block_manager import blocks_for
+from densegate.impl.sched.request import Request, RequestStatus
+from densegate.impl.sched.scheduler import PassPlan, Scheduler, SchedulerConfig
+from densegate.impl.validation import is_int
 
 __all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
 
@@ -30,14 +30,14 @@ class EngineConfig(SchedulerConfig):
     """Scheduler limits plus which runner executes the passes.
 
     ``runner="null"`` schedules without computing (a fixed token per step);
-    ``"torch"`` runs the seeded Llama-style model in ``densegate.impl.model``.
+    ``"torch"`` runs the seeded Llama-style model in ``densegate.impl.runners.model``.
     """
 
     runner: str = "null"
     device: str = "cpu"
     dtype: str = "float32"
     model: Any = None
-    """A ``densegate.impl.model.ModelConfig`` for the torch runner (None: tiny default)."""
+    """A ``densegate.impl.runners.model.ModelConfig`` for the torch runner (None: tiny default)."""
     num_threads: int | None = None
     """Torch intra-op threads while the torch runner runs a pass (None: torch's setting)."""
 
@@ -52,7 +52,7 @@ class EngineConfig(SchedulerConfig):
         if self.model is not None and self.runner != "torch":
             raise ValueError("EngineConfig.model is only used with runner='torch'")
         # num_threads is ignored by the null runner, so a config can switch runners.
-        if self.num_threads is not None and (not _is_int(self.num_threads) or self.num_threads < 1):
+        if self.num_threads is not None and (not is_int(self.num_threads) or self.num_threads < 1):
             raise ValueError(
                 f"EngineConfig.num_threads must be an int >= 1 or None, got {self.num_threads!r}"
             )
@@ -97,10 +97,6 @@ class RequestMetrics:
     preemptions: int
 
 
-def _is_int(x: object) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 class Engine:
     """Owns a scheduler and a runner; ``step()`` runs one pass."""
 
@@ -130,7 +126,7 @@ class Engine:
             return NullRunner()
         import torch
 
-        from densegate.impl.torch_runner import TorchRunner
+        from densegate.impl.runners.torch_runner import TorchRunner
 
         return TorchRunner(
             self.config.layout,
@@ -168,10 +164,10 @@ class Engine:
     def _check_types(prompt_token_ids: object, max_tokens: object) -> list[int]:
         if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, Sequence):
             raise ValueError(f"prompt_token_ids must be a list of ints, got {prompt_token_ids!r}")
-        bad = next((t for t in prompt_token_ids if not _is_int(t)), None)
+        bad = next((t for t in prompt_token_ids if not is_int(t)), None)
         if bad is not None:
             raise ValueError(f"prompt_token_ids must hold ints, got {bad!r}")
-        if not _is_int(max_tokens):
+        if not is_int(max_tokens):
             raise ValueError(f"max_tokens must be an int, got {max_tokens!r}")
         return list(prompt_token_ids)
 

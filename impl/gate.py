@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
-__all__ = ["Decision", "GateConfig", "GateInput", "PrefillGate", "Reason"]
+from densegate.impl.validation import check_int
+
+__all__ = ["Decision", "GateConfig", "GateInput", "GatePolicy", "PrefillGate", "Reason"]
 
 
 class Reason(enum.Enum):
@@ -55,13 +58,6 @@ class Decision:
 _DECISIONS: dict[Reason, Decision] = {r: Decision(r is not Reason.HOLD, r) for r in Reason}
 
 
-def _check_int(owner: str, field: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}.{field} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}.{field} must be >= {minimum}, got {value}")
-
-
 @dataclass(frozen=True, slots=True)
 class GateConfig:
     """Parameters of the gate: ``B`` (dense_tokens), ``K`` (max_hold_passes), enabled."""
@@ -71,8 +67,8 @@ class GateConfig:
     enabled: bool = True
 
     def __post_init__(self) -> None:
-        _check_int("GateConfig", "dense_tokens", self.dense_tokens, 1)
-        _check_int("GateConfig", "max_hold_passes", self.max_hold_passes, 1)
+        check_int("GateConfig", "dense_tokens", self.dense_tokens, 1)
+        check_int("GateConfig", "max_hold_passes", self.max_hold_passes, 1)
         if not isinstance(self.enabled, bool):
             raise ValueError(f"GateConfig.enabled must be a bool, got {self.enabled!r}")
 
@@ -90,8 +86,8 @@ class GateInput:
     decode_seqs: int
 
     def __post_init__(self) -> None:
-        _check_int("GateInput", "waiting_tokens", self.waiting_tokens, 0)
-        _check_int("GateInput", "decode_seqs", self.decode_seqs, 0)
+        check_int("GateInput", "waiting_tokens", self.waiting_tokens, 0)
+        check_int("GateInput", "decode_seqs", self.decode_seqs, 0)
 
 
 class PrefillGate:
@@ -129,7 +125,7 @@ class PrefillGate:
         return self.decide_counts(inp.waiting_tokens, inp.decode_seqs)
 
     def decide_counts(self, waiting_tokens: int, decode_seqs: int) -> Decision:
-        """``decide`` without building a ``GateInput``: the scheduler's hot path.
+        """``decide`` without building a ``GateInput``: for callers holding bare counts.
 
         The caller guarantees non-negative ints (``GateInput`` checks them).
         """
@@ -151,3 +147,22 @@ class PrefillGate:
 
     def __repr__(self) -> str:
         return f"PrefillGate({self._config!r}, hold_passes={self._h})"
+
+
+@runtime_checkable
+class GatePolicy(Protocol):
+    """What a scheduler needs from a prefill-admission policy, once per pass.
+
+    ``PrefillGate`` is the proved one; ``densegate.impl.baselines`` holds others
+    to compare against, and an engine may bring its own (the conformance kit
+    checks it against the spec).
+    """
+
+    @property
+    def hold_passes(self) -> int:
+        """Passes the current waiting episode has been held."""
+        ...
+
+    def decide(self, inp: GateInput) -> Decision: ...
+
+    def reset(self) -> None: ...

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import z3
 
-from densegate.spec.machine import Command, Frame, Machine, Vars
+from densegate.proofs.obligation import Monitor, Mutant, Obligation, Prop, Step
+from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
+from densegate.spec.machine import Frame, Machine, Vars
 
 __all__ = [
     "GUARDS",
@@ -31,6 +32,7 @@ __all__ = [
     "MutantResult",
     "Obligation",
     "ObligationResult",
+    "Prop",
     "Step",
     "Trace",
     "find_trace",
@@ -42,119 +44,6 @@ GUARDS = "guards true"
 
 RLIMIT = 50_000_000
 """z3 resource budget per query; exceeding it is reported as ``unknown``."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One transition as the property sees it. ``s``/``s2`` include monitors."""
-
-    p: Vars
-    s: Vars
-    o: Vars
-    out: Vars
-    s2: Vars
-    commands: Sequence[Command]
-    machine: Machine
-
-
-@dataclass(frozen=True)
-class Monitor:
-    """A history variable the proof adds to the state; the machine never reads it."""
-
-    name: str
-    sort: Callable[[str], z3.ExprRef]
-    init: Callable[[Vars], z3.ExprRef]
-    update: Callable[[Step], z3.ExprRef]
-
-
-Prop = Callable[[Step], z3.BoolRef]
-Inv = Callable[[Vars, Vars], z3.BoolRef]
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """A deliberately broken machine the obligation must refute."""
-
-    name: str
-    description: str
-    machine: Machine
-
-
-@dataclass(frozen=True)
-class Obligation:
-    """A property of every reachable transition, with its proof certificate.
-
-    ``invariant`` strengthens the property until it is inductive. With
-    ``needs_step`` False the property is about (state, observation) alone and
-    is checked without assuming any command fired: totality lives there.
-    ``bound`` set means bounded model checking to that depth instead of
-    induction (reported as not parametric).
-    """
-
-    id: str
-    level: str
-    statement: str
-    machine: Machine
-    prop: Prop
-    invariant: Inv
-    mutants: Sequence[Mutant]
-    monitors: Sequence[Monitor] = ()
-    needs_step: bool = True
-    bound: int | None = None
-    bound_note: str | None = None
-    trace_depth: int = 12
-    readable: Callable[[Vars], z3.BoolRef] | None = None
-    """Extra constraints tried first when searching a trace, for small numbers."""
-    scope: str | None = None
-    """What is fixed beyond the parameters (e.g. the number of request slots)."""
-
-
-@dataclass
-class CheckResult:
-    name: str
-    status: str  # unsat | sat | unknown
-    seconds: float
-    reason: str = ""
-
-
-@dataclass
-class Trace:
-    """A run from the initial state whose last pass breaks the property."""
-
-    params: dict[str, Any]
-    rows: list[dict[str, Any]]
-    violated: str
-    display: list[dict[str, Any]] | None = None
-    """The rows as the machine prefers them printed (``Machine.display_row``)."""
-
-
-@dataclass
-class MutantResult:
-    name: str
-    description: str
-    status: str  # refuted | survived | unknown
-    seconds: float
-    trace: Trace | None = None
-    reason: str = ""
-
-
-@dataclass
-class ObligationResult:
-    id: str
-    level: str
-    statement: str
-    status: str  # proved | failed | unknown
-    seconds: float
-    parametric: bool
-    bound: str | None
-    scope: str | None = None
-    checks: list[CheckResult] = field(default_factory=list)
-    mutants: list[MutantResult] = field(default_factory=list)
-    trace: Trace | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "proved" and all(m.status == "refuted" for m in self.mutants)
 
 
 # -- building blocks ------------------------------------------------------------------

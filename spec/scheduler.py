@@ -7,7 +7,7 @@ its head is the lowest waiting index, and "most recently admitted" is the
 highest running index. The implementation checks that order at run time and
 the lockstep test compares it with this machine pass by pass.
 
-One pass, exactly as ``densegate.impl.scheduler`` runs it:
+One pass, exactly as ``densegate.impl.sched.scheduler`` runs it:
 
 0. aborts end requests (their blocks are freed), then arrivals join the queue;
 1. decodes in slot order, each taking a KV slot; with no free block the

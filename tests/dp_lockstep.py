@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-import densegate.impl.aligned_gate
+import densegate.impl.dp_gate
 from densegate.spec.dp_gate import DP
 from densegate.spec.machine import Machine, evaluate
 
@@ -34,7 +34,7 @@ advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 class AlignedLockstep(RuleBasedStateMachine):
     """Drives an aligned-gate implementation and a spec machine with the same vectors."""
 
-    impl: ClassVar[ModuleType] = densegate.impl.aligned_gate
+    impl: ClassVar[ModuleType] = densegate.impl.dp_gate
     """A module with AlignedGate, AlignedGateConfig, RankObservation, ReducedObservation."""
     spec: ClassVar[Machine] = DP
     ticks: ClassVar[int] = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from densegate.impl.engine import EngineConfig
-from densegate.impl.workload import TraceRequest, synthetic_trace
+from densegate.impl.traces.workload import TraceRequest, synthetic_trace
 
 ENGINE = EngineConfig(
     max_num_seqs=8,

@@ -9,10 +9,10 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-import densegate.impl.scheduler
-from densegate.impl.batch import NullRunner
-from densegate.impl.request import Request, RequestStatus
-from densegate.impl.scheduler import SchedulerConfig
+import densegate.impl.sched.scheduler
+from densegate.impl.sched.batch import NullRunner
+from densegate.impl.sched.request import Request, RequestStatus
+from densegate.impl.sched.scheduler import SchedulerConfig
 from densegate.spec.machine import evaluate
 from densegate.spec.scheduler import SchedulerMachine
 
@@ -67,7 +67,7 @@ def setups(draw: st.DrawFn, max_requests: int = 8) -> dict[str, Any]:
 
 
 def config_of(
-    setup: dict[str, Any], impl: ModuleType = densegate.impl.scheduler
+    setup: dict[str, Any], impl: ModuleType = densegate.impl.sched.scheduler
 ) -> SchedulerConfig:
     p = setup["params"]
     cfg: SchedulerConfig = impl.SchedulerConfig(
@@ -89,7 +89,7 @@ class SchedulerLockstep(RuleBasedStateMachine):
     """Random arrivals and aborts; every pass, impl and spec must agree on everything."""
 
     passes: ClassVar[int] = 0
-    impl: ClassVar[ModuleType] = densegate.impl.scheduler
+    impl: ClassVar[ModuleType] = densegate.impl.sched.scheduler
     """A module with Scheduler and SchedulerConfig: the real one or a mutant."""
 
     @initialize(setup=setups())
@@ -167,7 +167,9 @@ def replay(params: dict[str, Any], block_size: int, obs_rows: list[dict[str, Any
     with the pass record and every request's state, keyed as the spec names them."""
     R = sum(1 for k in params if k.startswith("P"))
     lens = [(params[f"P{i}"], params[f"M{i}"]) for i in range(R)]
-    sched = densegate.impl.scheduler.Scheduler(config_of({"params": params, "bs": block_size}))
+    sched = densegate.impl.sched.scheduler.Scheduler(
+        config_of({"params": params, "bs": block_size})
+    )
     runner = NullRunner(7)
     reqs: list[Request] = []
     out = []

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from densegate.impl.aligned_gate import (
+from densegate.impl.dp_gate import (
     DECODE_SEQS,
     KV_PRESSURE_RANKS,
     PARTIAL_PREFILL_RANKS,

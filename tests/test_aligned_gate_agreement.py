@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
-from densegate.impl.aligned_gate import (
+from densegate.impl.dp_gate import (
     AlignedGate,
     AlignedGateConfig,
     RankObservation,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 
-import densegate.impl.aligned_gate as aligned_module
+import densegate.impl.dp_gate as aligned_module
 from tests.dp_lockstep import AlignedLockstep
 from tests.mutation import (
     assert_lockstep_catches,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from densegate.cli.main import main as cli_main
 from densegate.impl.bench import (
     BENCH_POLICIES,
     ROWS,
@@ -25,8 +26,7 @@ from densegate.impl.bench import (
     run_bench,
     run_policy,
 )
-from densegate.impl.workload import TraceRequest
-from densegate.proofs.cli import main as cli_main
+from densegate.impl.traces.workload import TraceRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = 10  # requests per workload: every policy drains it in well under a second

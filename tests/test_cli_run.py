@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from densegate.proofs.cli import main
+from densegate.cli.main import main
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:

@@ -11,9 +11,9 @@ from typing import Any, ClassVar
 import pytest
 from hypothesis import settings
 
+from densegate.cli import main as cli
+from densegate.impl.baselines.policies import LegacyPolicy, OriginalPolicy, RawCounts
 from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
-from densegate.impl.policies import LegacyPolicy, OriginalPolicy, RawCounts
-from densegate.proofs import cli
 from densegate.testing import (
     PROPERTIES,
     ConformanceReport,
@@ -374,7 +374,7 @@ def test_cli_policy_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_command_module_loads_neither_hypothesis_nor_z3() -> None:
     """``densegate --help`` imports every subcommand module; this one must stay light."""
     code = (
-        "import sys, densegate.testing.conform_cmd\n"
+        "import sys, densegate.cli.conform\n"
         "bad = [m for m in ('hypothesis', 'z3') if m in sys.modules]\n"
         "print(bad); sys.exit(1 if bad else 0)\n"
     )

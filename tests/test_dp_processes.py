@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from densegate.impl.dp_rank import CRASH_EXIT_CODE, DPConfig
-from densegate.impl.dp_run import launch
+from densegate.cli.dp import launch
+from densegate.cli.main import main as cli_main
+from densegate.impl.dp.rank import CRASH_EXIT_CODE, DPConfig
 from densegate.impl.engine import Engine, EngineConfig
-from densegate.impl.run import run_trace
-from densegate.impl.workload import synthetic_trace
-from densegate.proofs.cli import main as cli_main
+from densegate.impl.traces.replay import run_trace
+from densegate.impl.traces.workload import synthetic_trace
 from tests.dp_small import ENGINE, small_trace
 
 pytestmark = pytest.mark.skipif(
@@ -133,7 +133,7 @@ def test_the_env_rendezvous_entry_point_runs_without_the_launcher(tmp_path: Path
     """What torchrun does, by hand: two processes, RANK / WORLD_SIZE / MASTER_* set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC")}
     env.update(WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    argv = [sys.executable, "-m", "densegate.impl.dp_run", "--gen", "8", "--rate", "1.5"]
+    argv = [sys.executable, "-m", "densegate.cli.dp", "--gen", "8", "--rate", "1.5"]
     argv += ["--runner", "null", "--json", "--no-baselines", "--dp-out", str(tmp_path), *SMALL]
     procs = [
         subprocess.Popen(

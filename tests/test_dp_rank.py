@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from densegate.impl.dp_rank import (
+from densegate.cli.dp import merge_reports
+from densegate.impl.dp.rank import (
     LOADS,
     PREV_REASONS,
     AlignmentStats,
@@ -26,12 +27,11 @@ from densegate.impl.dp_rank import (
     run_rank,
     vector_size,
 )
-from densegate.impl.dp_router import ROUTERS
-from densegate.impl.dp_run import merge_reports
+from densegate.impl.dp.router import ROUTERS
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Reason
-from densegate.impl.run import run_trace, summarize
-from densegate.impl.workload import TraceRequest, synthetic_trace
+from densegate.impl.traces.replay import run_trace, summarize
+from densegate.impl.traces.workload import TraceRequest, synthetic_trace
 from tests.dp_small import ENGINE, small_trace
 
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from densegate.impl.dp_router import ROUTERS, Router, fallback_route
+from densegate.impl.dp.router import ROUTERS, Router, fallback_route
 
 
 def test_round_robin_cycles_and_ignores_loads() -> None:

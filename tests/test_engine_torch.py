@@ -28,14 +28,14 @@ from typing import Any
 import pytest
 import torch
 
-import densegate.impl.torch_runner as torch_runner
-from densegate.impl.batch import ScheduledBatch
-from densegate.impl.cuda_graphs import choose_bucket
+import densegate.impl.runners.torch_runner as torch_runner
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Reason
-from densegate.impl.model import DecoderModel, ModelConfig, reference_generate
-from densegate.impl.scheduler import PassRecord
-from densegate.impl.torch_runner import TorchRunner, decode_groups
+from densegate.impl.runners.cuda_graphs import choose_bucket
+from densegate.impl.runners.model import DecoderModel, ModelConfig, reference_generate
+from densegate.impl.runners.torch_runner import TorchRunner, decode_groups
+from densegate.impl.sched.batch import ScheduledBatch
+from densegate.impl.sched.scheduler import PassRecord
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -12,9 +12,9 @@ import random
 import pytest
 import torch
 
-from densegate.impl.batch import KVLayout, SeqChunk
-from densegate.impl.model import DecoderModel, ModelConfig, reference_generate
-from densegate.impl.torch_runner import build_forward_inputs
+from densegate.impl.runners.model import DecoderModel, ModelConfig, reference_generate
+from densegate.impl.runners.torch_runner import build_forward_inputs
+from densegate.impl.sched.batch import KVLayout, SeqChunk
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
-from densegate.impl.policies import (
+from densegate.impl.baselines.policies import (
     POLICIES,
     DenseGatePolicy,
     GatePolicy,
@@ -17,6 +16,7 @@ from densegate.impl.policies import (
     RawCounts,
     RawGatePolicy,
 )
+from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
 from densegate.testing import gate_configs, observation_runs
 
 CFG = GateConfig(dense_tokens=100, max_hold_passes=4)

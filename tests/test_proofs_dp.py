@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 import densegate.proofs.prover as prover
-from densegate.impl.aligned_gate import AlignedGate, AlignedGateConfig, ReducedObservation
+from densegate.cli.main import main
+from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import GateConfig, GateInput, PrefillGate, Reason
-from densegate.proofs.cli import main
 from densegate.proofs.dp_mutants import DP_MUTANTS
 from densegate.proofs.dp_obligations import DP_OBLIGATIONS
 from densegate.proofs.prover import Mutant, Obligation, ObligationResult, Trace, prove

@@ -8,8 +8,8 @@ import json
 import pytest
 
 import densegate.proofs.prover as prover
+from densegate.cli.main import main
 from densegate.impl import GateConfig, GateInput, PrefillGate
-from densegate.proofs.cli import main
 from densegate.proofs.gate_mutants import GATE_MUTANTS
 from densegate.proofs.gate_obligations import GATE_OBLIGATIONS
 from densegate.proofs.prover import Mutant, ObligationResult, prove

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import settings
 
-import densegate.impl.scheduler as sched_module
+import densegate.impl.sched.scheduler as sched_module
 from tests.mutation import assert_lockstep_catches, assert_lockstep_passes, text_mutant
 from tests.scheduler_lockstep import SchedulerLockstep
 

@@ -4,7 +4,7 @@
 with the spec), whether the gates ``factory(GateConfig)`` builds behave like
 the proved machine, with a shrunk run for each violation; ``assert_conforms``
 is the pytest form and ``densegate conform`` the command-line one. The
-strategies that drive it are exported for reuse, and ``densegate.impl.policies``
+strategies that drive it are exported for reuse, and ``densegate.impl.baselines.policies``
 holds the reference policies it is usually run against.
 
 Needs Hypothesis and z3. Names load on first use so that ``densegate --help``

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
+from densegate.impl.baselines.policies import RawCounts
 from densegate.impl.gate import GateConfig, GateInput
-from densegate.impl.policies import RawCounts
 
 __all__ = [
     "GateRun",

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from densegate.impl.batch import BatchKind, KVLayout, ScheduledBatch, SeqChunk
-from densegate.impl.cuda_graphs import (
+from densegate.impl.figures import percentile
+from densegate.impl.runners.cuda_graphs import (
     DecodeGraphs,
     DecodeInputs,
     choose_bucket,
@@ -29,7 +29,7 @@ from densegate.impl.cuda_graphs import (
     decode_row,
     fill_decode_inputs,
 )
-from densegate.impl.model import (
+from densegate.impl.runners.model import (
     DecodeGroup,
     DecoderModel,
     ForwardInputs,
@@ -37,6 +37,7 @@ from densegate.impl.model import (
     PagedKVCache,
     PrefillSpan,
 )
+from densegate.impl.sched.batch import BatchKind, KVLayout, ScheduledBatch, SeqChunk
 
 __all__ = [
     "KindSummary",
@@ -59,17 +60,8 @@ class StepKind(enum.Enum):
     DECODE_EAGER = "decode_eager"
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in [0, 100]); NaN for no values."""
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile q must be in [0, 100], got {q}")
-    if not values:
-        return math.nan
-    xs = sorted(values)
-    rank = (len(xs) - 1) * q / 100
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+def _ms(seconds: float | None) -> float:
+    return math.nan if seconds is None else seconds * 1e3
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,8 +113,8 @@ class RunnerStats:
             tokens=tokens,
             seconds=total,
             tokens_per_s=tokens / total if total > 0 else 0.0,
-            p50_ms=percentile(times, 50) * 1e3,
-            p99_ms=percentile(times, 99) * 1e3,
+            p50_ms=_ms(percentile(times, 50)),
+            p99_ms=_ms(percentile(times, 99)),
         )
 
     def summary(self) -> dict[str, object]:

@@ -7,10 +7,10 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from densegate.impl.aligned_gate import AlignedGateConfig
-from densegate.impl.dp_router import ROUTERS
+from densegate.impl.dp.router import ROUTERS
+from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.engine import EngineConfig
-from densegate.impl.workload import TraceRequest
+from densegate.impl.traces.workload import TraceRequest
 
 __all__ = ["COORDINATIONS", "DPConfig", "Phase", "make_prompts", "phases"]
 

@@ -1,6 +1,6 @@
 """The collective ranks sum their per-tick vectors through, and its torch.distributed form.
 
-``Collective`` is what a rank's loop needs (``densegate.impl.dp_rank``); tests
+``Collective`` is what a rank's loop needs (``densegate.impl.dp.rank``); tests
 implement it with threads. ``TorchCollective`` runs it on a process group:
 the backend is gloo, or NCCL when the runner's device is CUDA and every rank
 has a GPU (``agree_backend``). Collectives wait at most ``timeout_s`` (the

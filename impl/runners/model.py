@@ -22,7 +22,6 @@ Two forwards share every layer except attention:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from densegate.impl.batch import KVLayout
+from densegate.impl.sched.batch import KVLayout
+from densegate.impl.validation import check_int, check_positive_float
 
 __all__ = [
     "DecodeGroup",
@@ -41,20 +41,6 @@ __all__ = [
     "PrefillSpan",
     "reference_generate",
 ]
-
-
-def _check_int(field: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"ModelConfig.{field} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"ModelConfig.{field} must be >= {minimum}, got {value}")
-
-
-def _check_positive_float(field: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"ModelConfig.{field} must be a number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"ModelConfig.{field} must be finite and > 0, got {value}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,16 +59,16 @@ class ModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check_int("vocab_size", self.vocab_size, 2)
-        _check_int("hidden", self.hidden, 1)
-        _check_int("n_layers", self.n_layers, 1)
-        _check_int("n_heads", self.n_heads, 1)
-        _check_int("n_kv_heads", self.n_kv_heads, 1)
+        check_int("ModelConfig", "vocab_size", self.vocab_size, 2)
+        check_int("ModelConfig", "hidden", self.hidden, 1)
+        check_int("ModelConfig", "n_layers", self.n_layers, 1)
+        check_int("ModelConfig", "n_heads", self.n_heads, 1)
+        check_int("ModelConfig", "n_kv_heads", self.n_kv_heads, 1)
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"ModelConfig.n_kv_heads must divide n_heads={self.n_heads}, got {self.n_kv_heads}"
             )
-        _check_int("head_dim", self.head_dim, 0)
+        check_int("ModelConfig", "head_dim", self.head_dim, 0)
         if self.head_dim == 0:
             if self.hidden % self.n_heads:
                 raise ValueError(
@@ -92,10 +78,10 @@ class ModelConfig:
             object.__setattr__(self, "head_dim", self.hidden // self.n_heads)
         if self.head_dim % 2:
             raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
-        _check_int("ffn_hidden", self.ffn_hidden, 1)
-        _check_positive_float("rope_theta", self.rope_theta)
-        _check_positive_float("rms_eps", self.rms_eps)
-        _check_int("seed", self.seed, 0)
+        check_int("ModelConfig", "ffn_hidden", self.ffn_hidden, 1)
+        check_positive_float("ModelConfig", "rope_theta", self.rope_theta)
+        check_positive_float("ModelConfig", "rms_eps", self.rms_eps)
+        check_int("ModelConfig", "seed", self.seed, 0)
 
 
 @dataclass(frozen=True, slots=True)

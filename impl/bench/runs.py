@@ -25,115 +25,32 @@ are the same for all four):
 from __future__ import annotations
 
 import dataclasses
-import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from densegate.impl.baselines import PrefillFirstScheduler
+from densegate.impl.baselines.policies import LegacyPolicy, OriginalPolicy
+from densegate.impl.baselines.prefill_first import PrefillFirstScheduler
+from densegate.impl.baselines.raw_scheduler import RawListScheduler
+from densegate.impl.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS
 from densegate.impl.engine import Engine, EngineConfig
-from densegate.impl.gate import GateConfig, PrefillGate
-from densegate.impl.policies import GatePolicy, LegacyPolicy, OriginalPolicy
-from densegate.impl.run import run_trace, summarize
-from densegate.impl.scheduler import Scheduler
-from densegate.impl.workload import TraceRequest, synthetic_trace
+from densegate.impl.gate import GateConfig, GatePolicy, PrefillGate
+from densegate.impl.sched.scheduler import Scheduler
+from densegate.impl.traces.replay import run_trace, summarize
+from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [
     "BENCH_POLICIES",
-    "WORKLOADS",
     "BenchPolicy",
     "BenchResult",
     "Check",
     "PolicyRun",
-    "Workload",
     "WorkloadRun",
     "bench_config",
-    "format_tables",
     "run_bench",
     "run_policy",
-    "write_plots",
 ]
-
-MAX_MODEL_LEN = 2048
-MAX_NUM_SEQS = 128
-TOKEN_BUDGET = MAX_MODEL_LEN + MAX_NUM_SEQS
-"""Tokens per pass, shared by every policy: whole prompts (``legacy``) must fit a pass
-beside a full set of decodes, or a long prompt would wait for decodes to drain
-(vLLM v0 ran prefill-only steps, so any prompt fitted its budget)."""
-
-
-# -- workloads ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Workload:
-    """A seeded trace generator and its default size (sized to run in seconds, null runner)."""
-
-    name: str
-    description: str
-    requests: int
-    make: Callable[[int, int], list[TraceRequest]]
-    """``make(n, seed)``: the trace; the same arguments give the same trace."""
-
-    def trace(self, seed: int, requests: int | None = None) -> list[TraceRequest]:
-        return self.make(self.requests if requests is None else requests, seed)
-
-
-def _steady(n: int, seed: int) -> list[TraceRequest]:
-    return synthetic_trace(
-        n,
-        seed,
-        rate=0.6,
-        prompt_median=256,
-        prompt_sigma=0.4,
-        output_median=128,
-        output_sigma=0.4,
-        max_model_len=MAX_MODEL_LEN,
-    )
-
-
-def _chat(n: int, seed: int) -> list[TraceRequest]:
-    return synthetic_trace(n, seed, rate=0.6, max_model_len=MAX_MODEL_LEN)
-
-
-def _long_prompt(n: int, seed: int) -> list[TraceRequest]:
-    return synthetic_trace(
-        n,
-        seed,
-        rate=0.35,
-        prompt_median=1024,
-        prompt_sigma=0.5,
-        output_median=64,
-        output_sigma=0.6,
-        max_model_len=MAX_MODEL_LEN,
-    )
-
-
-def _bursty(n: int, seed: int, burst: int = 12, rate: float = 0.6) -> list[TraceRequest]:
-    """Chat-like lengths; arrivals in bursts of about ``burst`` at once, ``rate`` on average."""
-    lengths = synthetic_trace(n, seed, rate=rate, max_model_len=MAX_MODEL_LEN)
-    rng = random.Random(f"bursty:{seed}")
-    out: list[TraceRequest] = []
-    t = 0.0
-    while len(out) < n:
-        t += rng.expovariate(rate / burst)
-        for _ in range(min(n - len(out), rng.randint(burst // 2, burst + burst // 2))):
-            r = lengths[len(out)]
-            out.append(TraceRequest(int(t), r.prompt_len, r.output_len))
-    return out
-
-
-WORKLOADS: dict[str, Workload] = {
-    w.name: w
-    for w in (
-        Workload("steady", "steady Poisson arrivals, moderate lengths", 800, _steady),
-        Workload("bursty", "bursts of ~12 requests at once, chat-like lengths", 800, _bursty),
-        Workload("long-prompt", "long-prompt heavy: ~1k-token prompts, short answers", 500,
-                 _long_prompt),
-        Workload("chat", "chat-like: Poisson arrivals, long-tailed lengths", 800, _chat),
-    )
-}  # fmt: skip
-"""The default workloads, in table order."""
 
 
 # -- policies -------------------------------------------------------------------------
@@ -159,7 +76,7 @@ BENCH_POLICIES: dict[str, BenchPolicy] = {
     for p in (
         BenchPolicy("densegate", "PrefillGate; chunked prefill", PrefillGate),
         BenchPolicy("original", "the seed change's gate (raw counts); chunked prefill",
-                    OriginalPolicy),
+                    OriginalPolicy, scheduler=RawListScheduler),
         BenchPolicy("legacy", "no gate; prefill-first passes, whole prompts (vLLM v0)",
                     LegacyPolicy, chunked_prefill=False, gated=False,
                     scheduler=PrefillFirstScheduler),
@@ -417,130 +334,3 @@ def run_bench(
     }
     config["dense_tokens"] = base.dense
     return BenchResult(runner, seed, config, out, time.perf_counter() - t0)
-
-
-# -- output ---------------------------------------------------------------------------
-def _num(x: Any, digits: int = 3) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        if x != x:
-            return "-"
-        if abs(x) >= 1000:
-            return f"{x:.0f}"
-        return f"{x:.{digits}g}"
-    return str(x)
-
-
-def _pcts(d: dict[str, Any] | None, keys: Sequence[str]) -> str:
-    if d is None:
-        return "-"
-    return " / ".join(_num(d.get(k)) for k in keys)
-
-
-def _share(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str], bool], ...] = (
-    ("passes to drain", lambda f: _num(f["passes"]), False),
-    ("  of which after the last arrival", lambda f: _num(f["drain_passes"]), False),
-    ("under-full prefill passes interrupting decode (% of passes)",
-     lambda f: f"{f['underfull_interrupting']} ({_share(f['underfull_interrupting_share'])})",
-     False),
-    ("mean prefill fill (of dense_tokens)", lambda f: _num(f["mean_prefill_fill"]), False),
-    ("decode tokens in decode-only (graph-eligible) passes",
-     lambda f: _share(f["decode_tokens_in_decode_only_share"]), False),
-    ("TTFT passes p50 / p99 / max", lambda f: _pcts(f["ttft_passes"], ("p50", "p99", "max")),
-     False),
-    ("TTFT ms p50 / p99 / max", lambda f: _pcts(f["ttft_ms"], ("p50", "p99", "max")), True),
-    ("TPOT passes p50 / p99", lambda f: _pcts(f["tpot_passes"], ("p50", "p99")), False),
-    ("TPOT ms p50 / p99", lambda f: _pcts(f["tpot_ms"], ("p50", "p99")), True),
-    ("output tokens per pass", lambda f: _num(f["output_tokens_per_pass"], 4), False),
-    ("output tokens per s", lambda f: _num(f["output_tokens_per_s"]), True),
-    ("scheduler us per pass", lambda f: _num(f["scheduler_us_per_pass"]), False),
-    ("head TTFT max / proved bound (passes)",
-     lambda f: f"{_num(f['head_ttft_passes_max'])} / {f['head_ttft_bound_passes']}", False),
-)  # fmt: skip
-"""Table rows: label, cell, and whether the row needs wall-clock times (torch runner)."""
-
-
-def format_tables(result: BenchResult) -> str:
-    """One Markdown table per workload (rows: figures, columns: policies), then its checks."""
-    timed = result.runner != "null"
-    cfg = result.config
-    lines = [
-        f"densegate bench: runner {result.runner}, seed {result.seed}; max_num_seqs "
-        f"{cfg['max_num_seqs']}, {cfg['max_num_batched_tokens']} tokens per pass, "
-        f"dense_tokens {cfg['dense_tokens']}, max_hold_passes {cfg['max_hold_passes']}, "
-        f"{cfg['num_blocks']} KV blocks of {cfg['block_size']}",
-    ]
-    for w in result.workloads.values():
-        names = list(w.runs)
-        lines += ["", f"### {w.workload}: {w.description} ({w.requests} requests)", ""]
-        lines.append("| figure | " + " | ".join(names) + " |")
-        lines.append("|---|" + "---:|" * len(names))
-        for label, cell, needs_time in ROWS:
-            if needs_time and not timed:
-                continue
-            lines.append(
-                f"| {label} | " + " | ".join(cell(w.runs[p].figures) for p in names) + " |"
-            )
-        lines.append("")
-        for c in w.checks():
-            lines.append(f"- [{'x' if c.ok else ' '}] {c.name}: {c.detail}")
-    lines += ["", f"wall: {result.wall_s:.1f} s"]
-    return "\n".join(lines)
-
-
-def write_plots(result: BenchResult, directory: str | Path) -> list[Path]:
-    """Per workload: ``ttft_cdf_<w>.png`` (TTFT CDF per policy), ``prefill_fill_<w>.png``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(directory)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[Path] = []
-    styles = ("-", "--", "-.", ":")  # policies that behave alike stay visible
-    for w in result.workloads.values():
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for k, (p, r) in enumerate(w.runs.items()):
-            xs = sorted(r.ttft_passes)
-            if xs:
-                ys = [(i + 1) / len(xs) for i in range(len(xs))]
-                ax.step(xs, ys, where="post", label=p, linestyle=styles[k % len(styles)])
-        ax.set_xscale("log")
-        ax.set_xlabel("time to first token (passes)")
-        ax.set_ylabel("fraction of requests")
-        ax.set_title(f"TTFT CDF: {w.workload} ({w.requests} requests, runner {result.runner})")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        path = out_dir / f"ttft_cdf_{w.workload}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        written.append(path)
-
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        bins = [i / 20 for i in range(21)]
-        for k, (p, r) in enumerate(w.runs.items()):
-            if r.fills:
-                ax.hist(
-                    r.fills,
-                    bins=bins,
-                    histtype="step",
-                    linewidth=1.5,
-                    linestyle=styles[k % len(styles)],
-                    label=p,
-                )
-        ax.set_xlabel("prefill fill (prefill tokens / dense_tokens, capped at 1)")
-        ax.set_ylabel("prefill passes")
-        ax.set_title(f"Prefill fill: {w.workload} ({w.requests} requests)")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        path = out_dir / f"prefill_fill_{w.workload}.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-        written.append(path)
-    return written

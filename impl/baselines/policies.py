@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
+from densegate.impl.gate import Decision, GateConfig, GateInput, GatePolicy, PrefillGate, Reason
 
 __all__ = [
     "POLICIES",
@@ -32,20 +32,6 @@ __all__ = [
 
 _FIRE: dict[Reason, Decision] = {r: Decision(True, r) for r in Reason if r is not Reason.HOLD}
 _HOLD = Decision(False, Reason.HOLD)
-
-
-@runtime_checkable
-class GatePolicy(Protocol):
-    """What a scheduler needs from a prefill-admission policy, once per pass."""
-
-    @property
-    def hold_passes(self) -> int:
-        """Passes the current waiting episode has been held."""
-        ...
-
-    def decide(self, inp: GateInput) -> Decision: ...
-
-    def reset(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +71,7 @@ class RawGatePolicy(GatePolicy, Protocol):
 
 class LegacyPolicy:
     """No gate: every pass admits whatever it can (prefill-first with
-    ``densegate.impl.baselines.PrefillFirstScheduler``, vLLM v0's order).
+    ``densegate.impl.baselines.prefill_first.PrefillFirstScheduler``, vLLM v0's order).
 
     This is the gate switched off, so a pass with something waiting is reported
     as ``DISABLED`` whatever the config says (``EMPTY`` when nothing waits).

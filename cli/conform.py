@@ -78,7 +78,7 @@ def _table(reports: list[ConformanceReport]) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from densegate.impl.policies import POLICIES
+    from densegate.impl.baselines.policies import POLICIES
     from densegate.testing.conformance import (
         DEFAULT_MAX_EXAMPLES,
         check_gate,

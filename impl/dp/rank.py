@@ -16,7 +16,7 @@ one collective and nothing else (layout below, after the gate's own slots):
   rules that allowed them) without a second collective;
 - ``LOADS``: one slot per rank (each rank fills its own): tokens the rank
   still has to compute (waiting prompts, unfinished prefills, one per
-  decoding sequence), for the least-loaded router (``densegate.impl.dp_router``).
+  decoding sequence), for the least-loaded router (``densegate.impl.dp.router``).
 
 A collective that fails or times out means a rank is gone. The survivors ask
 the ``Collective`` who is still alive (and how far each had routed), report
@@ -25,7 +25,7 @@ arrivals among themselves, and finish what they hold with their local
 ``PrefillGate``, without further collectives (``_RankLoop._fallback``).
 
 This module knows nothing of torch.distributed: a ``Collective`` is anything
-that sums int vectors across ranks (``densegate.impl.dp_collective`` has the
+that sums int vectors across ranks (``densegate.impl.dp.collective`` has the
 torch one; tests use threads). The config, the vector layout and the reports
 live in ``dp_config``, ``dp_vector`` and ``dp_report``; their names are
 importable from here too.
@@ -39,18 +39,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from densegate.impl.aligned_gate import (
-    VECTOR_SIZE,
-    AlignedGate,
-    RankObservation,
-    ReducedObservation,
-)
-from densegate.impl.dp_collective import Collective, CollectiveError
-from densegate.impl.dp_config import COORDINATIONS as COORDINATIONS
-from densegate.impl.dp_config import DPConfig, Phase, make_prompts, phases
-from densegate.impl.dp_report import FIGURES, AlignmentStats, RankReport
-from densegate.impl.dp_router import Router, fallback_route
-from densegate.impl.dp_vector import (
+from densegate.impl.dp.collective import Collective, CollectiveError
+from densegate.impl.dp.config import COORDINATIONS as COORDINATIONS
+from densegate.impl.dp.config import DPConfig, Phase, make_prompts, phases
+from densegate.impl.dp.report import FIGURES, AlignmentStats, RankReport
+from densegate.impl.dp.router import Router, fallback_route
+from densegate.impl.dp.vector import (
     ANY_WORK,
     LOADS,
     PREV_DECODE_ONLY,
@@ -59,12 +53,18 @@ from densegate.impl.dp_vector import (
     REASONS,
     vector_size,
 )
+from densegate.impl.dp_gate import (
+    VECTOR_SIZE,
+    AlignedGate,
+    RankObservation,
+    ReducedObservation,
+)
 from densegate.impl.engine import Engine
 from densegate.impl.gate import Decision, PrefillGate, Reason
-from densegate.impl.request import RequestStatus
-from densegate.impl.run import PassStats, summarize
-from densegate.impl.scheduler import PassPlan
-from densegate.impl.workload import TraceRequest
+from densegate.impl.sched.request import RequestStatus
+from densegate.impl.sched.scheduler import PassPlan
+from densegate.impl.traces.replay import PassStats, summarize
+from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [
     "ANY_WORK",

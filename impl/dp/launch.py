@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from densegate.impl.dp_collective import ALIVE_KEY, DEAD_KEY, TorchCollective, agree_backend
-from densegate.impl.dp_config import DPConfig
-from densegate.impl.dp_rank import run_rank
-from densegate.impl.dp_report import RankReport
-from densegate.impl.dp_summary import merge_reports
-from densegate.impl.workload import TraceRequest
+from densegate.impl.dp.collective import ALIVE_KEY, DEAD_KEY, TorchCollective, agree_backend
+from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.rank import run_rank
+from densegate.impl.dp.report import RankReport
+from densegate.impl.dp.summary import merge_reports
+from densegate.impl.traces.workload import TraceRequest
 
 __all__ = ["DPResult", "launch", "rank_main"]
 
@@ -129,7 +129,7 @@ def _start_method() -> str:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return "spawn"
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "densegate.impl.dp_launch"])
+    ctx.set_forkserver_preload(["torch", "torch.distributed", "densegate.impl.dp.launch"])
     return "forkserver"
 
 

@@ -15,10 +15,10 @@ from importlib import import_module
 __all__ = ["COMMANDS", "main"]
 
 COMMANDS: dict[str, str] = {
-    "prove": "densegate.proofs.prove_cmd",
-    "run": "densegate.impl.run_cmd",
-    "conform": "densegate.testing.conform_cmd",
-    "bench": "densegate.impl.bench_cmd",
+    "prove": "densegate.cli.prove",
+    "run": "densegate.cli.run",
+    "conform": "densegate.cli.conform",
+    "bench": "densegate.cli.bench",
 }
 """subcommand -> module; later subcommands register here."""
 

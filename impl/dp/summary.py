@@ -7,7 +7,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from densegate.impl.dp_report import RankReport
+from densegate.impl.dp.report import RankReport
+from densegate.impl.figures import fmt
 
 __all__ = ["merge_reports", "print_summary"]
 
@@ -127,16 +128,6 @@ def merge_reports(
     }
 
 
-def _fmt(x: Any) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
-    if isinstance(x, dict):
-        return ", ".join(f"{k} {_fmt(v)}" for k, v in x.items()) or "-"
-    return str(x)
-
-
 def print_summary(s: dict[str, Any]) -> None:
     """The summary as rich tables: run, alignment per phase, ranks."""
     from rich.console import Console
@@ -168,7 +159,7 @@ def print_summary(s: dict[str, Any]) -> None:
     if s.get("held_by_unreporting_survivors"):
         rows.insert(2, ("held by survivors reporting alone", s["held_by_unreporting_survivors"]))
     for k, v in rows:
-        t.add_row(k, _fmt(v))
+        t.add_row(k, fmt(v))
     console.print(t)
     phase_names = list(s["alignment"])
     a = Table(title="alignment: a mixed tick has some rank prefilling while another only decodes")
@@ -184,7 +175,7 @@ def print_summary(s: dict[str, Any]) -> None:
         ("rank-ticks stalled by mixed", "stalled_rank_ticks"),
         ("mixed allowed by", "mixed_by_reason"),
     ):
-        a.add_row(label, *(_fmt(s["alignment"][n][key]) for n in phase_names))
+        a.add_row(label, *(fmt(s["alignment"][n][key]) for n in phase_names))
     console.print(a)
     r = Table(title="ranks (coordinated run)")
     r.add_column("figure")
@@ -192,16 +183,16 @@ def print_summary(s: dict[str, Any]) -> None:
         r.add_column(f"rank {row['rank']}")
     for label, get in (
         ("status", lambda row: row.get("status")),
-        ("requests assigned / finished", lambda row: f"{_fmt(row.get('assigned'))} / "
-         f"{_fmt(row.get('finished'))}"),
-        ("prompt / output tokens", lambda row: f"{_fmt(row.get('prompt_tokens'))} / "
-         f"{_fmt(row.get('output_tokens'))}"),
-        ("prefill / decode-only passes", lambda row: f"{_fmt(row.get('prefill_passes'))} / "
-         f"{_fmt(row.get('decode_only_passes'))}"),
+        ("requests assigned / finished", lambda row: f"{fmt(row.get('assigned'))} / "
+         f"{fmt(row.get('finished'))}"),
+        ("prompt / output tokens", lambda row: f"{fmt(row.get('prompt_tokens'))} / "
+         f"{fmt(row.get('output_tokens'))}"),
+        ("prefill / decode-only passes", lambda row: f"{fmt(row.get('prefill_passes'))} / "
+         f"{fmt(row.get('decode_only_passes'))}"),
         ("TTFT passes p50 / p99", lambda row: "{} / {}".format(
-            *(_fmt((row.get("ttft_passes") or {}).get(q)) for q in ("p50", "p99")))),
-        ("runner ms per pass", lambda row: _fmt(row.get("runner_ms_per_pass"))),
-        ("collective ms per tick", lambda row: _fmt(row.get("collective_ms_per_tick"))),
+            *(fmt((row.get("ttft_passes") or {}).get(q)) for q in ("p50", "p99")))),
+        ("runner ms per pass", lambda row: fmt(row.get("runner_ms_per_pass"))),
+        ("collective ms per tick", lambda row: fmt(row.get("collective_ms_per_tick"))),
     ):  # fmt: skip
         r.add_row(label, *(str(get(row)) for row in s["ranks"]))
     console.print(r)
@@ -209,7 +200,7 @@ def print_summary(s: dict[str, Any]) -> None:
     if f:
         console.print(
             f"[bold red]rank(s) {f['dead_ranks']} died at tick {f['tick']}[/]: survivors noticed "
-            f"after {_fmt(f['detected_after_s'])} s, agreed on the dead in "
-            f"{_fmt(f['liveness_s'])} s, finished alone in {_fmt(f['finished_alone_s'])} s; "
+            f"after {fmt(f['detected_after_s'])} s, agreed on the dead in "
+            f"{fmt(f['liveness_s'])} s, finished alone in {fmt(f['finished_alone_s'])} s; "
             f"lost requests: {f['lost_requests']}"
         )

@@ -26,20 +26,13 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from densegate.impl.batch import ScheduledBatch, SeqChunk
-from densegate.impl.block_manager import BlockManager
-from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
-from densegate.impl.policies import GatePolicy, RawCounts
-from densegate.impl.request import Request, RequestStatus
+from densegate.impl.gate import Decision, GateConfig, GateInput, GatePolicy, PrefillGate, Reason
+from densegate.impl.sched.batch import ScheduledBatch, SeqChunk
+from densegate.impl.sched.block_manager import BlockManager
+from densegate.impl.sched.request import Request, RequestStatus
+from densegate.impl.validation import check_int
 
 __all__ = ["PassPlan", "PassRecord", "Scheduler", "SchedulerConfig"]
-
-
-def _positive(owner: str, name: str, value: object, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}.{name} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}.{name} must be >= {minimum}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -75,10 +68,10 @@ class SchedulerConfig:
             "max_hold_passes",
             "pass_log_size",
         ):
-            _positive(owner, name, getattr(self, name))
+            check_int(owner, name, getattr(self, name), 1)
         for name in ("long_prefill_token_threshold", "dense_tokens"):
             if getattr(self, name) is not None:
-                _positive(owner, name, getattr(self, name))
+                check_int(owner, name, getattr(self, name), 1)
         for name in ("enable_chunked_prefill", "gate_enabled"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{owner}.{name} must be a bool, got {getattr(self, name)!r}")
@@ -128,8 +121,6 @@ class PassPlan:
     """Tokens steps 2-3 would run if the gate fired (uncapped)."""
     waiting_tokens: int
     """``prefill_tokens`` capped at ``dense_tokens``: the gate's observation."""
-    stalled: int = 0
-    """Decoding requests this pass leaves out (only a prefill-first baseline does)."""
 
     @property
     def decode_seqs(self) -> int:
@@ -152,13 +143,11 @@ class PassRecord:
     kv_free_blocks: int
     waiting_tokens: int
     """The gate's observation: admissible prefill tokens, capped at dense_tokens."""
-    stalled_decodes: int = 0
-    """Decoding requests the pass left out (prefill-first baselines only)."""
 
     @property
     def interrupts_decode(self) -> bool:
-        """Prefill ran while decodes were due: beside them, or instead of them."""
-        return self.prefill_tokens > 0 and (self.decode_seqs > 0 or self.stalled_decodes > 0)
+        """Prefill ran while decodes were due (beside them, in this scheduler)."""
+        return self.prefill_tokens > 0 and self.decode_seqs > 0
 
 
 @dataclass
@@ -190,8 +179,6 @@ class Scheduler:
         self._dense = config.dense
         self._cap = config.chunk_cap
         self._chunked = config.enable_chunked_prefill
-        # Policies written against the raw lists (the original change) read these.
-        self._decide_raw = getattr(self.gate, "decide_raw", None)
         self._queued_tokens = 0
 
     # -- queue management -------------------------------------------------------------
@@ -356,35 +343,35 @@ class Scheduler:
         self.counters.passes += 1
         self.counters.preemptions += len(plan.preempted)
         self.counters.reasons[decision.reason] += 1
-        self.pass_log.append(
-            PassRecord(
-                self._pass,
-                decision.fire,
-                decision.reason,
-                prefill_tokens,
-                len(batch.prefills),
-                len(plan.decodes),
-                len(plan.preempted),
-                len(self.waiting),
-                len(self.running),
-                self.blocks.num_free,
-                plan.waiting_tokens,
-                plan.stalled,
-            )
-        )
+        self.pass_log.append(self._record(plan, decision, prefill_tokens, len(batch.prefills)))
         self._pass += 1
         return batch
 
-    def decide(self, plan: PassPlan) -> Decision:
-        """Ask this scheduler's gate about ``plan``, with the plan's honest observation."""
-        inp = GateInput(plan.waiting_tokens, len(plan.decodes))
-        if self._decide_raw is None:
-            return self.gate.decide(inp)
-        owed = sum(n for _, n in plan.partials)
-        decision: Decision = self._decide_raw(
-            inp, RawCounts(len(self.running), self._queued_tokens + owed)
+    def _record(
+        self, plan: PassPlan, decision: Decision, prefill_tokens: int, prefill_seqs: int
+    ) -> PassRecord:
+        """The pass as ``pass_log`` keeps it; a baseline may record more."""
+        return PassRecord(
+            self._pass,
+            decision.fire,
+            decision.reason,
+            prefill_tokens,
+            prefill_seqs,
+            len(plan.decodes),
+            len(plan.preempted),
+            len(self.waiting),
+            len(self.running),
+            self.blocks.num_free,
+            plan.waiting_tokens,
         )
-        return decision
+
+    def observe(self, plan: PassPlan) -> GateInput:
+        """The gate's honest observation of ``plan``: admissible tokens, decoding sequences."""
+        return GateInput(plan.waiting_tokens, len(plan.decodes))
+
+    def decide(self, plan: PassPlan) -> Decision:
+        """Ask this scheduler's gate about ``plan``; a baseline may override what it shows."""
+        return self.gate.decide(self.observe(plan))
 
     def schedule(self) -> ScheduledBatch:
         """Plan, ask the gate, commit: one pass."""

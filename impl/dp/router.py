@@ -4,7 +4,7 @@ There is no router process: every rank holds the same trace and runs the same
 ``Router`` over the same inputs, so every rank knows the whole assignment
 without exchanging it. Round-robin needs nothing but the arrival order.
 Least-loaded needs each rank's load, which rides in the tick's all-reduce
-(one slot per rank, see ``densegate.impl.dp_rank``); arrivals of tick ``t``
+(one slot per rank, see ``densegate.impl.dp.rank``); arrivals of tick ``t``
 are routed with the loads reduced at tick ``t - 1``, and each routed request
 adds 1 to its rank's load at once, so a burst spreads out.
 

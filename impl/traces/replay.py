@@ -9,7 +9,6 @@ in milliseconds, and what the scheduler itself cost per pass.
 from __future__ import annotations
 
 import collections
-import math
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -17,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from densegate.impl.engine import Engine
-from densegate.impl.request import RequestStatus
-from densegate.impl.scheduler import PassRecord, SchedulerConfig
-from densegate.impl.workload import TraceRequest
+from densegate.impl.figures import percentile
+from densegate.impl.sched.request import RequestStatus
+from densegate.impl.sched.scheduler import PassRecord, SchedulerConfig
+from densegate.impl.traces.workload import TraceRequest
 
 __all__ = ["PassStats", "run_trace", "summarize", "ttft_bound_passes"]
 
@@ -102,16 +102,6 @@ def run_trace(
     return stats
 
 
-def _pct(xs: Sequence[float], q: float) -> float | None:
-    if not xs:
-        return None
-    ys = sorted(xs)
-    k = (len(ys) - 1) * q / 100
-    lo = math.floor(k)
-    hi = min(lo + 1, len(ys) - 1)
-    return ys[lo] + (ys[hi] - ys[lo]) * (k - lo)
-
-
 def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]:
     """The run's figures as one JSON-ready dict."""
     cfg = engine.config
@@ -150,13 +140,13 @@ def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]
         "output_tokens": out_tokens,
         "output_tokens_per_pass": out_tokens / passes,
         "ttft_passes": {
-            "p50": _pct(ttft_p, 50),
-            "p99": _pct(ttft_p, 99),
+            "p50": percentile(ttft_p, 50),
+            "p99": percentile(ttft_p, 99),
             "max": max(ttft_p, default=None),
         },
-        "ttft_ms": {"p50": _pct(ttft_ms, 50), "p99": _pct(ttft_ms, 99)},
-        "tpot_passes": {"p50": _pct(tpot_p, 50), "p99": _pct(tpot_p, 99)},
-        "tpot_ms": {"p50": _pct(tpot_ms, 50), "p99": _pct(tpot_ms, 99)},
+        "ttft_ms": {"p50": percentile(ttft_ms, 50), "p99": percentile(ttft_ms, 99)},
+        "tpot_passes": {"p50": percentile(tpot_p, 50), "p99": percentile(tpot_p, 99)},
+        "tpot_ms": {"p50": percentile(tpot_ms, 50), "p99": percentile(tpot_ms, 99)},
         "head_ttft_passes_max": max(head_wait, default=None),
         "head_ttft_bound_passes": ttft_bound_passes(cfg, max_len, max_out),
         "prefill_passes": stats.prefill_passes,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import Tensor
 
-from densegate.impl.batch import KVLayout, SeqChunk
+from densegate.impl.sched.batch import KVLayout, SeqChunk
 
 __all__ = [
     "DecodeGraphs",

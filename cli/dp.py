@@ -3,17 +3,17 @@
 Two ways to start the same ranks, with the same code in each rank:
 
 - ``densegate run --dp N ...`` (``run_dp``) starts N processes on 127.0.0.1
-  (``densegate.impl.dp_launch``) and prints the merged summary.
-- ``torchrun --nproc-per-node N -m densegate.impl.dp_run [densegate run
+  (``densegate.impl.dp.launch``) and prints the merged summary.
+- ``torchrun --nproc-per-node N -m densegate.cli.dp [densegate run
   options]`` (``main``) on one or many machines; rank 0 prints the summary.
   Without torchrun, set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT by hand
-  and start ``python -m densegate.impl.dp_run`` once per rank (rank 0 then
+  and start ``python -m densegate.cli.dp`` once per rank (rank 0 then
   hosts the store).
 
-The backend and the collectives' timeouts are ``densegate.impl.dp_collective``'s
+The backend and the collectives' timeouts are ``densegate.impl.dp.collective``'s
 (``--dp-backend`` in this module's own command line overrides the backend): a
 rank that dies or hangs is noticed, and the survivors carry on alone
-(``densegate.impl.dp_rank``). Under torchrun the elastic agent itself SIGTERMs
+(``densegate.impl.dp.rank``). Under torchrun the elastic agent itself SIGTERMs
 the whole group when a worker dies, so the fallback serves the launcher and
 hand-started ranks.
 
@@ -33,11 +33,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from densegate.impl.dp_collective import TorchCollective
-from densegate.impl.dp_config import DPConfig
-from densegate.impl.dp_launch import DPResult, launch, rank_main
-from densegate.impl.dp_summary import merge_reports, print_summary
-from densegate.impl.workload import TraceRequest
+from densegate.cli.options import add_arguments, engine_config
+from densegate.impl.dp.collective import TorchCollective
+from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.launch import DPResult, launch, rank_main
+from densegate.impl.dp.summary import merge_reports, print_summary
+from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [
     "DPResult",
@@ -51,8 +52,6 @@ __all__ = [
 
 
 def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
-    from densegate.impl.run_cmd import _config
-
     crash = None
     crash_mode = "exit"
     spec = os.environ.get("DENSEGATE_DP_CRASH")
@@ -61,7 +60,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         crash = (int(parts[0]), int(parts[1]))
         crash_mode = parts[2] if len(parts) > 2 else "exit"
     return DPConfig(
-        _config(args, runner),
+        engine_config(args, runner),
         router=getattr(args, "router", "round-robin"),
         timeout_s=getattr(args, "dp_timeout", 30.0),
         target_fill=getattr(args, "target_fill", 1.0),
@@ -75,7 +74,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
 
 
 def _trace(args: argparse.Namespace) -> list[TraceRequest]:
-    from densegate.impl.workload import load_trace, synthetic_trace
+    from densegate.impl.traces.workload import load_trace, synthetic_trace
 
     if args.trace:
         return load_trace(args.trace)
@@ -113,7 +112,7 @@ def run_dp(args: argparse.Namespace) -> int:
         print(f"densegate run: {e}", file=sys.stderr)
         return 2
     if args.dump_trace:
-        from densegate.impl.workload import dump_trace
+        from densegate.impl.traces.workload import dump_trace
 
         dump_trace(trace, args.dump_trace)
     result = launch(trace, config, args.dp, out_dir=os.environ.get("DENSEGATE_DP_OUT"))
@@ -122,10 +121,8 @@ def run_dp(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``densegate run``'s options plus the DP knobs only this entry point has."""
-    from densegate.impl.run_cmd import add_arguments
-
     p = argparse.ArgumentParser(
-        prog="python -m densegate.impl.dp_run",
+        prog="python -m densegate.cli.dp",
         description="one data-parallel rank (env:// rendezvous, e.g. under torchrun)",
     )
     add_arguments(p)
@@ -146,7 +143,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         trace, config = _inputs(args)
     except (ValueError, OSError) as e:
-        print(f"dp_run: {e}", file=sys.stderr)
+        print(f"densegate.cli.dp: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     rank, reports, everyone = rank_main(

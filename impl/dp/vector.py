@@ -1,12 +1,12 @@
 """Layout of the int vector every rank all-reduces each tick, after the gate's own slots.
 
 One vector carries the gate's inputs and what the runtime needs besides, so a
-tick costs one collective (``densegate.impl.dp_rank`` describes each slot).
+tick costs one collective (``densegate.impl.dp.rank`` describes each slot).
 """
 
 from __future__ import annotations
 
-from densegate.impl.aligned_gate import VECTOR_SIZE
+from densegate.impl.dp_gate import VECTOR_SIZE
 from densegate.impl.gate import Reason
 
 __all__ = [

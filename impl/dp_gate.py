@@ -35,6 +35,7 @@ from fractions import Fraction
 from typing import NamedTuple, SupportsIndex
 
 from densegate.impl.gate import Decision, Reason
+from densegate.impl.validation import check_int
 
 __all__ = [
     "DECODE_SEQS",
@@ -72,13 +73,6 @@ _SLOTS = (
 _DECISIONS: dict[Reason, Decision] = {r: Decision(r is not Reason.HOLD, r) for r in Reason}
 
 
-def _check_int(owner: str, field: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{owner}.{field} must be an int, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{owner}.{field} must be >= {minimum}, got {value}")
-
-
 def _check_bool(owner: str, field: str, value: object) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{owner}.{field} must be a bool, got {value!r}")
@@ -100,14 +94,14 @@ class RankObservation:
     partial_prefill: bool = False
 
     def __post_init__(self) -> None:
-        _check_int("RankObservation", "waiting_tokens", self.waiting_tokens, 0)
-        _check_int("RankObservation", "decode_seqs", self.decode_seqs, 0)
+        check_int("RankObservation", "waiting_tokens", self.waiting_tokens, 0)
+        check_int("RankObservation", "decode_seqs", self.decode_seqs, 0)
         _check_bool("RankObservation", "kv_pressure", self.kv_pressure)
         _check_bool("RankObservation", "partial_prefill", self.partial_prefill)
 
     def to_vector(self, dense_tokens: int) -> list[int]:
         """This rank's contribution to the SUM all-reduce (see the module's layout)."""
-        _check_int("RankObservation.to_vector", "dense_tokens", dense_tokens, 1)
+        check_int("RankObservation.to_vector", "dense_tokens", dense_tokens, 1)
         capped = min(self.waiting_tokens, dense_tokens)
         return [
             1,
@@ -136,8 +130,8 @@ class ReducedObservation:
 
     def __post_init__(self) -> None:
         for name in _SLOTS:
-            _check_int("ReducedObservation", name, getattr(self, name), 0)
-        _check_int("ReducedObservation", "ranks", self.ranks, 1)
+            check_int("ReducedObservation", name, getattr(self, name), 0)
+        check_int("ReducedObservation", "ranks", self.ranks, 1)
         for name in ("waiting_ranks", "kv_pressure_ranks", "partial_prefill_ranks"):
             if getattr(self, name) > self.ranks:
                 raise ValueError(
@@ -156,7 +150,7 @@ class ReducedObservation:
     @classmethod
     def from_sum(cls, vector: Iterable[SupportsIndex], world_size: int) -> ReducedObservation:
         """Read the all-reduced vector (e.g. ``tensor.tolist()``); checks every rank took part."""
-        _check_int("ReducedObservation.from_sum", "world_size", world_size, 1)
+        check_int("ReducedObservation.from_sum", "world_size", world_size, 1)
         values = list(vector)
         if len(values) != VECTOR_SIZE:
             raise ValueError(
@@ -212,11 +206,11 @@ class AlignedGateConfig:
 
     def __post_init__(self) -> None:
         owner = "AlignedGateConfig"
-        _check_int(owner, "dense_tokens", self.dense_tokens, 1)
-        _check_int(owner, "max_hold_passes", self.max_hold_passes, 1)
+        check_int(owner, "dense_tokens", self.dense_tokens, 1)
+        check_int(owner, "max_hold_passes", self.max_hold_passes, 1)
         _check_bool(owner, "enabled", self.enabled)
         _fraction(owner, "target_fill", self.target_fill)
-        _check_int(owner, "stall_ticks", self.stall_ticks, 0)
+        check_int(owner, "stall_ticks", self.stall_ticks, 0)
         _check_bool(owner, "kv_pressure_valve", self.kv_pressure_valve)
 
     @property
@@ -259,7 +253,7 @@ class AlignedGate:
     def __init__(self, config: AlignedGateConfig, world_size: int) -> None:
         if not isinstance(config, AlignedGateConfig):
             raise TypeError(f"AlignedGate needs an AlignedGateConfig, got {type(config).__name__}")
-        _check_int("AlignedGate", "world_size", world_size, 1)
+        check_int("AlignedGate", "world_size", world_size, 1)
         self._config = config
         self._world = world_size
         self._dense = config.dense_tokens
@@ -311,7 +305,7 @@ class AlignedGate:
                 f"ReducedObservation.waiting_tokens={reduced.waiting_tokens} exceeds "
                 f"waiting_ranks * dense_tokens: some rank did not cap its contribution"
             )
-        _check_int("AlignedGate.decide", "tick", tick, 0)
+        check_int("AlignedGate.decide", "tick", tick, 0)
         return self._rules(
             reduced.waiting_ranks,
             reduced.waiting_tokens,

@@ -1,0 +1,1 @@
+"""The ``densegate`` command line: one module per subcommand (see ``main``)."""

@@ -1,0 +1,37 @@
+"""The policy benchmark: workloads, runs with their checks, tables and plots.
+
+``workloads`` (what is replayed), ``runs`` (each policy over each workload,
+and the checks on the result), ``tables`` (text), ``plots`` (matplotlib).
+"""
+
+from densegate.impl.bench.plots import write_plots
+from densegate.impl.bench.runs import (
+    BENCH_POLICIES,
+    BenchPolicy,
+    BenchResult,
+    Check,
+    PolicyRun,
+    WorkloadRun,
+    bench_config,
+    run_bench,
+    run_policy,
+)
+from densegate.impl.bench.tables import ROWS, format_tables
+from densegate.impl.bench.workloads import WORKLOADS, Workload
+
+__all__ = [
+    "BENCH_POLICIES",
+    "ROWS",
+    "WORKLOADS",
+    "BenchPolicy",
+    "BenchResult",
+    "Check",
+    "PolicyRun",
+    "Workload",
+    "WorkloadRun",
+    "bench_config",
+    "format_tables",
+    "run_bench",
+    "run_policy",
+    "write_plots",
+]

@@ -1,0 +1,72 @@
+"""The benchmark's text output: one table per workload, a column per policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from densegate.impl.bench.runs import BenchResult
+from densegate.impl.figures import fmt
+
+__all__ = ["ROWS", "format_tables"]
+
+
+def _pcts(d: dict[str, Any] | None, keys: Sequence[str]) -> str:
+    if d is None:
+        return "-"
+    return " / ".join(fmt(d.get(k)) for k in keys)
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str], bool], ...] = (
+    ("passes to drain", lambda f: fmt(f["passes"]), False),
+    ("  of which after the last arrival", lambda f: fmt(f["drain_passes"]), False),
+    ("under-full prefill passes interrupting decode (% of passes)",
+     lambda f: f"{f['underfull_interrupting']} ({_share(f['underfull_interrupting_share'])})",
+     False),
+    ("mean prefill fill (of dense_tokens)", lambda f: fmt(f["mean_prefill_fill"]), False),
+    ("decode tokens in decode-only (graph-eligible) passes",
+     lambda f: _share(f["decode_tokens_in_decode_only_share"]), False),
+    ("TTFT passes p50 / p99 / max", lambda f: _pcts(f["ttft_passes"], ("p50", "p99", "max")),
+     False),
+    ("TTFT ms p50 / p99 / max", lambda f: _pcts(f["ttft_ms"], ("p50", "p99", "max")), True),
+    ("TPOT passes p50 / p99", lambda f: _pcts(f["tpot_passes"], ("p50", "p99")), False),
+    ("TPOT ms p50 / p99", lambda f: _pcts(f["tpot_ms"], ("p50", "p99")), True),
+    ("output tokens per pass", lambda f: fmt(f["output_tokens_per_pass"], 4), False),
+    ("output tokens per s", lambda f: fmt(f["output_tokens_per_s"]), True),
+    ("scheduler us per pass", lambda f: fmt(f["scheduler_us_per_pass"]), False),
+    ("head TTFT max / proved bound (passes)",
+     lambda f: f"{fmt(f['head_ttft_passes_max'])} / {f['head_ttft_bound_passes']}", False),
+)  # fmt: skip
+"""Table rows: label, cell, and whether the row needs wall-clock times (torch runner)."""
+
+
+def format_tables(result: BenchResult) -> str:
+    """One Markdown table per workload (rows: figures, columns: policies), then its checks."""
+    timed = result.runner != "null"
+    cfg = result.config
+    lines = [
+        f"densegate bench: runner {result.runner}, seed {result.seed}; max_num_seqs "
+        f"{cfg['max_num_seqs']}, {cfg['max_num_batched_tokens']} tokens per pass, "
+        f"dense_tokens {cfg['dense_tokens']}, max_hold_passes {cfg['max_hold_passes']}, "
+        f"{cfg['num_blocks']} KV blocks of {cfg['block_size']}",
+    ]
+    for w in result.workloads.values():
+        names = list(w.runs)
+        lines += ["", f"### {w.workload}: {w.description} ({w.requests} requests)", ""]
+        lines.append("| figure | " + " | ".join(names) + " |")
+        lines.append("|---|" + "---:|" * len(names))
+        for label, cell, needs_time in ROWS:
+            if needs_time and not timed:
+                continue
+            lines.append(
+                f"| {label} | " + " | ".join(cell(w.runs[p].figures) for p in names) + " |"
+            )
+        lines.append("")
+        for c in w.checks():
+            lines.append(f"- [{'x' if c.ok else ' '}] {c.name}: {c.detail}")
+    lines += ["", f"wall: {result.wall_s:.1f} s"]
+    return "\n".join(lines)

@@ -1,0 +1,4 @@
+"""The scheduler and what it schedules: requests, KV blocks, batches.
+
+The runtime twin of ``spec/scheduler.py``.
+"""

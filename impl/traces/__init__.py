@@ -1,0 +1,1 @@
+"""Workloads: synthetic and on-disk traces, and replaying one through an Engine."""

@@ -1,0 +1,80 @@
+"""What an obligation states: the property, its monitors, and the broken variants it must refute.
+
+Pure data over ``densegate.spec`` machines; ``densegate.proofs.prover`` decides them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import z3
+
+from densegate.spec.machine import Command, Machine, Vars
+
+__all__ = ["Monitor", "Mutant", "Obligation", "Prop", "Step"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One transition as the property sees it. ``s``/``s2`` include monitors."""
+
+    p: Vars
+    s: Vars
+    o: Vars
+    out: Vars
+    s2: Vars
+    commands: Sequence[Command]
+    machine: Machine
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """A history variable the proof adds to the state; the machine never reads it."""
+
+    name: str
+    sort: Callable[[str], z3.ExprRef]
+    init: Callable[[Vars], z3.ExprRef]
+    update: Callable[[Step], z3.ExprRef]
+
+
+Prop = Callable[[Step], z3.BoolRef]
+Inv = Callable[[Vars, Vars], z3.BoolRef]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A deliberately broken machine the obligation must refute."""
+
+    name: str
+    description: str
+    machine: Machine
+
+
+@dataclass(frozen=True)
+class Obligation:
+    """A property of every reachable transition, with its proof certificate.
+
+    ``invariant`` strengthens the property until it is inductive. With
+    ``needs_step`` False the property is about (state, observation) alone and
+    is checked without assuming any command fired: totality lives there.
+    ``bound`` set means bounded model checking to that depth instead of
+    induction (reported as not parametric).
+    """
+
+    id: str
+    level: str
+    statement: str
+    machine: Machine
+    prop: Prop
+    invariant: Inv
+    mutants: Sequence[Mutant]
+    monitors: Sequence[Monitor] = ()
+    needs_step: bool = True
+    bound: int | None = None
+    bound_note: str | None = None
+    trace_depth: int = 12
+    readable: Callable[[Vars], z3.BoolRef] | None = None
+    """Extra constraints tried first when searching a trace, for small numbers."""
+    scope: str | None = None
+    """What is fixed beyond the parameters (e.g. the number of request slots)."""
