@@ -23,6 +23,21 @@ rank still contributes ``[1, 0, 0, 0, 0, 0]``, so a missing rank is detected)::
     [KV_PRESSURE_RANKS]      1 if KV over high watermark -> ranks under KV pressure
     [PARTIAL_PREFILL_RANKS]  1 if a chunked prefill is   -> ranks prefilling anyway
                              mid-flight
+
+The rank runtime (``densegate.impl.dp.rank``) appends its own slots after the
+gate's, so a tick costs one collective and nothing else::
+
+    [ANY_WORK]               1 if the rank holds requests -> 0 with no arrivals left
+                                                            ends the phase
+    [PREV_PREFILL]           1 if its previous pass      -> aligned / mixed ticks
+    [PREV_DECODE_ONLY]       prefilled / only decoded       counted everywhere
+    [PREV_REASONS + r]       1 if its previous pass      -> the rules that let each
+                             prefilled under reason r       prefill through
+    [LOADS + rank]           tokens the rank still owes  -> the least-loaded router
+                             (its own slot only)
+
+This docstring is the one description of the vector; ``vector_size(world)``
+gives its length.
 """
 
 from __future__ import annotations
@@ -38,10 +53,16 @@ from densegate.impl.gate import Decision, Reason
 from densegate.impl.validation import check_int
 
 __all__ = [
+    "ANY_WORK",
     "DECODE_SEQS",
     "KV_PRESSURE_RANKS",
+    "LOADS",
     "PARTIAL_PREFILL_RANKS",
+    "PREV_DECODE_ONLY",
+    "PREV_PREFILL",
+    "PREV_REASONS",
     "RANKS",
+    "REASONS",
     "VECTOR_SIZE",
     "WAITING_RANKS",
     "WAITING_TOKENS",
@@ -50,6 +71,7 @@ __all__ = [
     "AlignedState",
     "RankObservation",
     "ReducedObservation",
+    "vector_size",
 ]
 
 RANKS = 0
@@ -60,6 +82,20 @@ KV_PRESSURE_RANKS = 4
 PARTIAL_PREFILL_RANKS = 5
 VECTOR_SIZE = 6
 """Length of the per-rank contribution and of the reduced vector."""
+
+REASONS: tuple[Reason, ...] = tuple(Reason)
+"""Decision reasons in the order of the ``PREV_REASONS`` slots."""
+ANY_WORK = VECTOR_SIZE
+PREV_PREFILL = VECTOR_SIZE + 1
+PREV_DECODE_ONLY = VECTOR_SIZE + 2
+PREV_REASONS = VECTOR_SIZE + 3
+LOADS = PREV_REASONS + len(REASONS)
+
+
+def vector_size(world_size: int) -> int:
+    """Length of the per-tick vector (gate slots, runtime slots, one load per rank)."""
+    return LOADS + world_size
+
 
 _SLOTS = (
     "ranks",

@@ -7,16 +7,10 @@ and the tick number (never a clock) to its copy of ``AlignedGate``; the copies
 decide alike because their inputs are equal. Ranks keep calling the collective
 while any rank has work, so they also stop on the same tick.
 
-The same vector carries what the runtime needs besides the gate, so a tick costs
-one collective and nothing else (layout below, after the gate's own slots):
-
-- ``ANY_WORK``: ranks holding requests; 0 with no arrivals left ends the phase;
-- ``PREV_PREFILL`` / ``PREV_DECODE_ONLY`` / ``PREV_REASONS``: what each rank's
-  previous pass did, so every rank counts aligned and mixed ticks (and the
-  rules that allowed them) without a second collective;
-- ``LOADS``: one slot per rank (each rank fills its own): tokens the rank
-  still has to compute (waiting prompts, unfinished prefills, one per
-  decoding sequence), for the least-loaded router (``densegate.impl.dp.router``).
+The same vector carries what the runtime needs besides the gate (whether any
+rank still has work, what each rank's previous pass did, each rank's load for
+the least-loaded router), so a tick costs one collective; ``densegate.impl.dp_gate``
+describes every slot.
 
 A collective that fails or times out means a rank is gone. The survivors ask
 the ``Collective`` who is still alive (and how far each had routed), report
@@ -27,7 +21,7 @@ arrivals among themselves, and finish what they hold with their local
 This module knows nothing of torch.distributed: a ``Collective`` is anything
 that sums int vectors across ranks (``densegate.impl.dp.collective`` has the
 torch one; tests use threads). The config, the vector layout and the reports
-live in ``dp_config``, ``dp_vector`` and ``dp_report``; their names are
+live in ``config``, ``densegate.impl.dp_gate`` and ``report``; their names are
 importable from here too.
 """
 
@@ -44,20 +38,18 @@ from densegate.impl.dp.config import COORDINATIONS as COORDINATIONS
 from densegate.impl.dp.config import DPConfig, Phase, make_prompts, phases
 from densegate.impl.dp.report import FIGURES, AlignmentStats, RankReport
 from densegate.impl.dp.router import Router, fallback_route
-from densegate.impl.dp.vector import (
+from densegate.impl.dp_gate import (
     ANY_WORK,
     LOADS,
     PREV_DECODE_ONLY,
     PREV_PREFILL,
     PREV_REASONS,
     REASONS,
-    vector_size,
-)
-from densegate.impl.dp_gate import (
     VECTOR_SIZE,
     AlignedGate,
     RankObservation,
     ReducedObservation,
+    vector_size,
 )
 from densegate.impl.engine import Engine
 from densegate.impl.gate import Decision, PrefillGate, Reason

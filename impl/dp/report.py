@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from densegate.impl.dp.vector import REASONS
+from densegate.impl.dp_gate import REASONS
 
 __all__ = ["FIGURES", "AlignmentStats", "RankReport"]
 
