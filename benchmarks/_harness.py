@@ -33,7 +33,7 @@ __all__ = [
 
 EXTERNAL_STEP_US = 1400.0
 """A mainstream engine's Python scheduler, about 1.4 ms per step on a trace like
-``scheduler_cost``'s (issue 3). An external figure: never measured by these scripts."""
+``scheduler_cost``'s. An external figure: never measured by these scripts."""
 
 _PROMPT = list(range(8192))  # shared by every request: tokens() slices, never mutates
 _NEVER = 10**9  # a hold budget no benchmark reaches: the gate holds every pass

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scheduler cost per pass against queue length and running count (issue 6).
+"""Scheduler cost per pass against queue length and running count.
 
 For each running count (16 to 1,024 decoding sequences) and queue length (100
 to 100,000 waiting), the scheduler is put in a steady state and timed

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scheduling-only cost per pass (issue 3): ``Scheduler.schedule`` + ``Scheduler.update``.
+"""Scheduling-only cost per pass: ``Scheduler.schedule`` + ``Scheduler.update``.
 
 The runner is a ``NullRunner`` and its ``execute`` is not timed, so what is
 measured is planning, the gate, committing and processing the sampled tokens.
@@ -114,7 +114,7 @@ def trace_cost(n: int, repeats: int, seed: int) -> None:
     print(f"    per decoding sequence: {gate_us / g.mean_decodes:.2f} us")
     print(
         f"    reference, NOT measured in this run: a mainstream engine's Python scheduler "
-        f"costs about {EXTERNAL_STEP_US:.0f} us per step on such a trace (issue 3);"
+        f"costs about {EXTERNAL_STEP_US:.0f} us per step on such a trace;"
     )
     print(
         f"    densegate / that external figure: {gate_us / EXTERNAL_STEP_US:.2f} "

@@ -1,7 +1,7 @@
 """Deliberately broken aligned gates: each must be refuted by some D obligation.
 
 Most change a single condition of the one spec machine. ``two_budgets`` is the
-original change's composition (DESIGN.md flaw 4): a cross-rank delayer with its
+original change's composition (flaw 4 in docs/ARCHITECTURE.md): a cross-rank delayer with its
 own pass budget in front of a per-rank gate with another, evaluated in short
 circuit, so the real worst-case hold is the sum of both. The ``local_*`` and
 ``wall_clock_stall`` mutants let a rank-local input into the decision, which is

@@ -3,7 +3,7 @@
 Parameters ``B`` (dense_tokens), ``K`` (max_hold_passes), ``enabled``; state
 ``h`` (passes the current waiting episode has been held); observation ``w``
 (tokens the pass could really admit, capped by the caller) and ``d`` (sequences
-that decode this pass). The six commands mirror DESIGN.md's rule order, each
+that decode this pass). The six commands mirror the rule order in docs/ARCHITECTURE.md, each
 guard spelled out so that the prover, not the order of an if/else chain, shows
 they partition every (state, observation).
 

@@ -223,7 +223,7 @@ def test_legacy_breaks_only_agreement() -> None:
         (PlainOriginal, {"P6", "agreement"}),  # flaw 1 only: holds with nothing waiting
         (OriginalFlaw1Fixed, {"P2", "P6", "agreement"}),  # flaw 2: holds with nothing decoding
         (OriginalFlaws12Fixed, {"agreement"}),  # flaw 3: DENSE fires under-full
-        (OriginalAllFixed, set()),  # the seed's gate, fixed, is densegate's machine
+        (OriginalAllFixed, set()),  # the original gate, fixed, is densegate's machine
     ],
     ids=["original", "flaw1", "flaw2", "flaw3", "fixed"],
 )

@@ -1,5 +1,5 @@
 """The reference policies behave as documented: legacy always admits, original
-differs from densegate's gate exactly where the seed change's flaws are."""
+differs from densegate's gate exactly where the original change's flaws are."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def test_original_equals_densegate_where_its_flaws_cannot_show(
     data: st.DataObject, config: GateConfig
 ) -> None:
     """Something always waits and the lists hold only admissible work: no flaw
-    applies, so the seed's gate must be densegate's machine exactly."""
+    applies, so the original gate must be densegate's machine exactly."""
     original, gate = OriginalPolicy(config), PrefillGate(config)
     for obs in data.draw(observation_runs(config)):
         inp = GateInput(max(obs.waiting_tokens, 1), obs.decode_seqs)

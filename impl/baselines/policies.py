@@ -5,7 +5,7 @@ Each policy speaks the gate protocol (``decide(GateInput) -> Decision``, the
 can drive any of them the same way. ``POLICIES`` names them:
 
 - ``legacy``: no gate at all, prefill-first (what an engine does today);
-- ``original``: the gate of the change in ``shared/seed/``, flaws included, so
+- ``original``: the gate of the original change (docs/ARCHITECTURE.md), flaws included, so
   that what densegate fixes can be shown rather than asserted;
 - ``densegate``: densegate's own ``PrefillGate``.
 
@@ -99,9 +99,9 @@ class LegacyPolicy:
 
 
 class OriginalPolicy:
-    """The gate of the original change (``shared/seed/``), flaws kept on purpose.
+    """The gate of the original change (docs/ARCHITECTURE.md), flaws kept on purpose.
 
-    The seed's ``_prefill_batch_ready()`` returns a bool once per pass; as a
+    The original's ``_prefill_batch_ready()`` returns a bool once per pass; as a
     policy, in its own order:
 
     1. gate off: fire, counter untouched;
@@ -111,7 +111,7 @@ class OriginalPolicy:
     4. otherwise counter += 1, and fire once it reaches ``max_hold_passes``
        (counter := 0), else hold.
 
-    Deviations from densegate's machine, each one of DESIGN.md's flaws:
+    Deviations from densegate's machine, each one of the flaws in docs/ARCHITECTURE.md:
 
     - there is no "nothing waiting" rule first, so a pass with nothing
       admissible but decodes running is a HOLD that advances the counter
@@ -129,9 +129,9 @@ class OriginalPolicy:
 
     Through the plain protocol the raw lists are taken to hold only admissible
     work (``RawCounts.honest``), which hides flaws 2 and 3; ``decide_raw``
-    shows them. The seed returns a bool, so reasons label the branch taken,
+    shows them. The original returns a bool, so reasons label the branch taken,
     except that a fire with nothing admissible waiting admits nothing and is
-    reported ``EMPTY``. The seed skips the gate on a pass with nothing running
+    reported ``EMPTY``. The original skips the gate on a pass with nothing running
     or queued; its next call is then always a tail escape that resets the
     counter, so consulting it on every pass changes nothing observable.
     """

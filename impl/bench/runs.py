@@ -11,7 +11,7 @@ The policies and how they differ (token budget, sequence slots and KV cache
 are the same for all four):
 
 - ``densegate``: ``PrefillGate``, chunked prefill on, no per-request chunk cap.
-- ``original``: ``OriginalPolicy`` (the seed change's gate, flaws kept), fed
+- ``original``: ``OriginalPolicy`` (the original change's gate, flaws kept), fed
   the scheduler's raw counts; otherwise as ``densegate``.
 - ``legacy``: vLLM v0's prefill-first order (``PrefillFirstScheduler``): no
   gate (``LegacyPolicy``), chunked prefill off, whole prompts FCFS, and a pass
@@ -75,7 +75,7 @@ BENCH_POLICIES: dict[str, BenchPolicy] = {
     p.name: p
     for p in (
         BenchPolicy("densegate", "PrefillGate; chunked prefill", PrefillGate),
-        BenchPolicy("original", "the seed change's gate (raw counts); chunked prefill",
+        BenchPolicy("original", "the original change's gate (raw counts); chunked prefill",
                     OriginalPolicy, scheduler=RawListScheduler),
         BenchPolicy("legacy", "no gate; prefill-first passes, whole prompts (vLLM v0)",
                     LegacyPolicy, chunked_prefill=False, gated=False,
@@ -185,7 +185,7 @@ def run_policy(
 # -- the whole benchmark ----------------------------------------------------------------
 @dataclass(frozen=True)
 class Check:
-    """One of issue 6's done criteria, judged on one workload."""
+    """One of the benchmark's pass criteria, judged on one workload."""
 
     name: str
     ok: bool

@@ -1,7 +1,7 @@
 """The scheduler: decode first, then (if the gate fires) prefill, over paged KV blocks.
 
 A pass is planned in full before the gate is asked, so the gate sees exactly
-what the pass would run if it fired (DESIGN.md flaw 3) and exactly the
+what the pass would run if it fired (flaw 3 in docs/ARCHITECTURE.md) and exactly the
 sequences that decode (flaw 2):
 
 1. every decoding request gets a slot; when KV is exhausted the most recently

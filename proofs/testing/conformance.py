@@ -67,7 +67,7 @@ GateFactory = Callable[[GateConfig], CheckedGate]
 
 @dataclass(frozen=True)
 class Property:
-    """One line of the report: an id from DESIGN.md (or ``agreement``) and what it demands."""
+    """One line of the report: a property id (docs/ARCHITECTURE.md) (or ``agreement``) and what it demands."""
 
     id: str
     title: str
