@@ -1,0 +1,86 @@
+"""What a scheduler is configured with: budgets, KV cache, chunking and the gate's parameters.
+
+Validated where it is built, so a bad value is named before any pass runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from densegate.impl.gate import GateConfig
+from densegate.impl.validation import check_int
+
+__all__ = ["SchedulerConfig"]
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduling limits and the gate's parameters.
+
+    ``dense_tokens`` defaults to ``max_num_batched_tokens - max_num_seqs``: the
+    prefill room a pass has even when every other sequence slot decodes, so a
+    dense pass is always reachable. ``long_prefill_token_threshold`` caps one
+    request's chunk (default: no cap beyond the pass budget).
+    """
+
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    block_size: int = 16
+    num_blocks: int = 2048
+    max_model_len: int = 4096
+    enable_chunked_prefill: bool = True
+    long_prefill_token_threshold: int | None = None
+    dense_tokens: int | None = None
+    max_hold_passes: int = 30
+    gate_enabled: bool = True
+    pass_log_size: int = 4096
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        for name in (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "block_size",
+            "num_blocks",
+            "max_model_len",
+            "max_hold_passes",
+            "pass_log_size",
+        ):
+            check_int(owner, name, getattr(self, name), 1)
+        for name in ("long_prefill_token_threshold", "dense_tokens"):
+            if getattr(self, name) is not None:
+                check_int(owner, name, getattr(self, name), 1)
+        for name in ("enable_chunked_prefill", "gate_enabled"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{owner}.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"{owner}.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs}) so every running sequence can decode"
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"{owner}.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_model_len ({self.max_model_len}) when chunked prefill is off, or a long "
+                "request could never be prefilled"
+            )
+        if self.dense_tokens is not None and self.dense_tokens > self.max_num_batched_tokens:
+            raise ValueError(
+                f"{owner}.dense_tokens ({self.dense_tokens}) must be <= max_num_batched_tokens "
+                f"({self.max_num_batched_tokens}), or no pass could ever be dense"
+            )
+
+    @property
+    def dense(self) -> int:
+        if self.dense_tokens is not None:
+            return self.dense_tokens
+        return max(1, self.max_num_batched_tokens - self.max_num_seqs)
+
+    @property
+    def chunk_cap(self) -> int:
+        if not self.enable_chunked_prefill:
+            return self.max_num_batched_tokens
+        return self.long_prefill_token_threshold or self.max_num_batched_tokens
+
+    def gate_config(self) -> GateConfig:
+        return GateConfig(self.dense, self.max_hold_passes, self.gate_enabled)
