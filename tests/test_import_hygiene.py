@@ -29,6 +29,7 @@ LAYER: dict[str, int] = {
     "runners": 3,
     "engine": 4,
     "traces": 5,
+    "cost": 5,
     "dp": 6,
     "baselines": 7,
     "bench": 8,

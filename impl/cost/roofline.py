@@ -1,0 +1,180 @@
+"""A roofline pass-time model computed from stated inputs, for GPUs this machine lacks.
+
+Every figure it gives is *modeled*: a pass takes the longer of its FLOPs at
+the achievable compute rate and its bytes (weights once, KV read and written)
+at the achievable bandwidth, plus kernel-launch overhead, which an eager pass
+pays per kernel and a replayed CUDA graph pays once. The inputs are printed
+with every table built from it (``RooflineInputs.describe``), so each figure
+traces back to a datasheet number or a stated assumption.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from densegate.impl.cost.model import PassWork, kind_of
+
+__all__ = ["GPUS", "SHAPES", "GPUSpec", "ModelShape", "RooflineInputs", "RooflineModel"]
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """Datasheet peaks (dense, no sparsity) and where they come from."""
+
+    name: str
+    peak_tflops: float
+    """Dense BF16/FP16 tensor-core TFLOP/s."""
+    hbm_tb_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """A decoder's shape (Llama-style: gated MLP, grouped-query attention)."""
+
+    name: str
+    hidden: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    ffn_hidden: int
+    vocab: int
+    dtype_bytes: int = 2
+
+    @property
+    def layer_params(self) -> int:
+        attn = self.hidden * self.head_dim * (2 * self.n_heads + 2 * self.n_kv_heads)
+        return attn + 3 * self.hidden * self.ffn_hidden
+
+    @property
+    def params(self) -> int:
+        """Weights read every pass: layers, embedding and LM head (untied)."""
+        return self.n_layers * self.layer_params + 2 * self.vocab * self.hidden
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype_bytes
+
+
+GPUS: dict[str, GPUSpec] = {
+    g.name: g
+    for g in (
+        GPUSpec("H100-SXM", 989.4, 3.35,
+                "NVIDIA H100 Tensor Core GPU datasheet: H100 SXM, BF16 tensor core 1,979 "
+                "TFLOPS with sparsity (989.4 dense), GPU memory bandwidth 3.35 TB/s"),
+        GPUSpec("H200", 989.4, 4.8,
+                "NVIDIA H200 Tensor Core GPU datasheet: H200 SXM, BF16 tensor core 1,979 "
+                "TFLOPS with sparsity (989.4 dense), GPU memory bandwidth 4.8 TB/s"),
+    )
+}  # fmt: skip
+"""The shipped GPU classes."""
+
+SHAPES: dict[str, ModelShape] = {
+    s.name: s
+    for s in (
+        # The shape in Meta's published Llama-3.1-8B config.json.
+        ModelShape("llama-3.1-8b", 4096, 32, 32, 8, 128, 14336, 128256),
+    )
+}
+"""The shipped model shapes."""
+
+
+@dataclass(frozen=True)
+class RooflineInputs:
+    """Everything the roofline uses; the efficiencies and overheads are stated assumptions."""
+
+    gpu: GPUSpec
+    shape: ModelShape
+    compute_efficiency: float = 0.6
+    """Share of the peak FLOP/s a large GEMM reaches (assumed)."""
+    bandwidth_efficiency: float = 0.8
+    """Share of the peak bandwidth a weight or KV stream reaches (assumed)."""
+    kernels_per_layer: int = 12
+    """Kernels an eager pass launches per layer (norms, QKV, rope, attention, MLP; assumed)."""
+    launch_us: float = 4.5
+    """Host launch overhead per kernel of an eager pass (assumed)."""
+    graph_replay_us: float = 30.0
+    """A decode graph's replay, launched once (assumed)."""
+    graph_max_rows: int = 128
+    """Decode-only passes up to this many rows replay a graph (vLLM's default capture sizes
+    reach 512; here the bench's ``max_num_seqs``)."""
+    collective_us: float = 30.0
+    """The per-tick all-reduce of a few ints across DP ranks over NVLink (assumed)."""
+
+    def __post_init__(self) -> None:
+        for name in ("compute_efficiency", "bandwidth_efficiency"):
+            v = getattr(self, name)
+            if not 0 < v <= 1:
+                raise ValueError(f"RooflineInputs.{name} must be in (0, 1], got {v!r}")
+        for name in ("launch_us", "graph_replay_us", "collective_us"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"RooflineInputs.{name} must be >= 0, got {getattr(self, name)!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shape_params"] = self.shape.params
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RooflineInputs:
+        d = {k: v for k, v in d.items() if k != "shape_params"}
+        return cls(gpu=GPUSpec(**d.pop("gpu")), shape=ModelShape(**d.pop("shape")), **d)
+
+    def describe(self) -> list[str]:
+        """The inputs, one line each, for printing beside the figures they produce."""
+        g, s = self.gpu, self.shape
+        return [
+            f"GPU {g.name}: {g.peak_tflops} dense TFLOP/s, {g.hbm_tb_s} TB/s ({g.source})",
+            f"model {s.name}: {s.params / 1e9:.2f} B params, {s.n_layers} layers, hidden "
+            f"{s.hidden}, {s.n_heads}/{s.n_kv_heads} heads x {s.head_dim}, ffn {s.ffn_hidden}, "
+            f"vocab {s.vocab}, {s.dtype_bytes}-byte weights and KV",
+            f"assumed: {self.compute_efficiency:.0%} of peak FLOP/s, "
+            f"{self.bandwidth_efficiency:.0%} of peak bandwidth, {self.kernels_per_layer} "
+            f"kernels/layer x {self.launch_us} us launch per eager pass, graph replay "
+            f"{self.graph_replay_us} us for decode-only passes <= {self.graph_max_rows} rows, "
+            f"collective {self.collective_us} us per DP tick",
+        ]
+
+
+@dataclass(frozen=True)
+class RooflineModel:
+    """``PassModel`` from ``RooflineInputs``: max(compute, memory) + launch overhead."""
+
+    inputs: RooflineInputs
+
+    @property
+    def collective_ms(self) -> float:
+        return self.inputs.collective_us / 1e3
+
+    @property
+    def graph_max_rows(self) -> int:
+        return self.inputs.graph_max_rows
+
+    def flops(self, w: PassWork) -> float:
+        s = self.inputs.shape
+        tokens = w.prefill_tokens + w.decode_seqs
+        sampled = w.prefill_chunks + w.decode_seqs
+        linear = 2.0 * s.n_layers * s.layer_params * tokens + 2.0 * s.hidden * s.vocab * sampled
+        attention = 4.0 * s.n_layers * s.n_heads * s.head_dim * (w.prefill_pairs + w.decode_context)
+        return linear + attention
+
+    def bytes(self, w: PassWork) -> float:
+        s = self.inputs.shape
+        tokens = w.prefill_tokens + w.decode_seqs
+        kv = s.kv_bytes_per_token * (w.prefill_context + w.decode_context + tokens)
+        return float(s.params * s.dtype_bytes + kv)
+
+    def pass_ms(self, work: PassWork) -> float:
+        i = self.inputs
+        kind = kind_of(work, i.graph_max_rows)
+        if kind is None:
+            return 0.0
+        compute_s = self.flops(work) / (i.gpu.peak_tflops * 1e12 * i.compute_efficiency)
+        memory_s = self.bytes(work) / (i.gpu.hbm_tb_s * 1e12 * i.bandwidth_efficiency)
+        if kind == "decode_graph":
+            launch_s = i.graph_replay_us / 1e6
+        else:
+            launch_s = i.shape.n_layers * i.kernels_per_layer * i.launch_us / 1e6
+        return 1e3 * (max(compute_s, memory_s) + launch_s)

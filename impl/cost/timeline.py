@@ -1,0 +1,231 @@
+"""What a run did pass by pass, and its time figures on a measured or a modeled clock.
+
+``TimedRunner`` wraps any runner and records into a ``PassTimeline`` each pass's
+work, its measured start and end, and which sequences got a token in it. The
+same record gives the figures two ways: ``measured_figures`` reads the clock,
+``modeled_figures`` replaces every pass by the model's time (so a null-runner
+replay gets milliseconds), and ``dp_figures`` does either for data-parallel
+ranks, a modeled tick costing the slowest rank's pass plus the collective.
+
+Arrivals stay on the replay's pass clock: a request that arrives before pass
+``p`` waits from the start of pass ``p``, whatever the passes before it cost.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import itertools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from densegate.impl.cost.model import PassModel, PassWork, tick_ms
+from densegate.impl.engine import Engine
+from densegate.impl.figures import percentile
+from densegate.impl.sched.batch import Runner, ScheduledBatch
+
+__all__ = [
+    "PassTimeline",
+    "TimeFigures",
+    "TimedRunner",
+    "dp_figures",
+    "measured_figures",
+    "modeled_figures",
+    "rank_timing",
+]
+
+
+class PassTimeline:
+    """Per pass run: its work and measured start and end; per sequence: its token passes."""
+
+    def __init__(self) -> None:
+        self.work: dict[int, PassWork] = {}
+        self.start_s: dict[int, float] = {}
+        self.end_s: dict[int, float] = {}
+        self.tokens: dict[int, list[int]] = collections.defaultdict(list)
+
+    def record(self, batch: ScheduledBatch, t0: float, t1: float) -> None:
+        self.work[batch.index] = PassWork.from_batch(batch)
+        self.start_s[batch.index] = t0
+        self.end_s[batch.index] = t1
+        for c in batch.sampled():
+            self.tokens[c.seq_id].append(batch.index)
+
+
+class TimedRunner:
+    """A runner that records every pass it runs into ``timeline``; attributes pass through."""
+
+    def __init__(self, inner: Runner, timeline: PassTimeline) -> None:
+        self.inner = inner
+        self.timeline = timeline
+
+    def execute(self, batch: ScheduledBatch) -> Sequence[int]:
+        t0 = time.perf_counter()
+        out = self.inner.execute(batch)
+        self.timeline.record(batch, t0, time.perf_counter())
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@dataclass
+class TimeFigures:
+    """A run's (or phase's) time figures in milliseconds; ``tick_ms`` is one entry per
+    pass on one rank, per tick with data parallelism."""
+
+    output_tokens: int
+    seconds: float
+    ttft_ms: list[float]
+    itl_ms: list[float]
+    tick_ms: list[float]
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.output_tokens / self.seconds if self.seconds > 0 else None
+
+    def summary(self) -> dict[str, Any]:
+        def pcts(xs: Sequence[float], *qs: float) -> dict[str, float | None]:
+            return {f"p{q:g}": percentile(xs, q) for q in qs}
+
+        return {
+            "output_tokens": self.output_tokens,
+            "seconds": self.seconds,
+            "output_tokens_per_s": self.tokens_per_s,
+            "ttft_ms": {**pcts(self.ttft_ms, 50, 99), "max": max(self.ttft_ms, default=None)},
+            "itl_ms": pcts(self.itl_ms, 50, 99),
+            "tick_ms": pcts(self.tick_ms, 50, 99),
+        }
+
+    @classmethod
+    def pooled(cls, runs: Sequence[TimeFigures]) -> TimeFigures:
+        """Repeated runs as one: tokens and seconds summed, samples pooled."""
+        return cls(
+            sum(r.output_tokens for r in runs),
+            sum(r.seconds for r in runs),
+            [x for r in runs for x in r.ttft_ms],
+            [x for r in runs for x in r.itl_ms],
+            [x for r in runs for x in r.tick_ms],
+        )
+
+
+def _latencies(
+    tokens: Mapping[int, Sequence[int]],
+    arrivals: Iterable[tuple[int, float]],
+    end_at: Mapping[int, float],
+) -> tuple[int, list[float], list[float]]:
+    """Output tokens, TTFT and inter-token gaps (ms) from token passes and a clock in s."""
+    ttft: list[float] = []
+    itl: list[float] = []
+    for seq, arrived in arrivals:
+        passes = tokens.get(seq, ())
+        if not passes:
+            continue
+        ends = [end_at[p] for p in passes]
+        ttft.append(1e3 * (ends[0] - arrived))
+        itl.extend(1e3 * (b - a) for a, b in itertools.pairwise(ends))
+    return sum(len(v) for v in tokens.values()), ttft, itl
+
+
+def measured_figures(engine: Engine, timeline: PassTimeline) -> TimeFigures:
+    """Wall-clock figures: TTFT from each request's arrival, seconds from the first pass's
+    start to the last pass's end (scheduler time between passes included)."""
+    reqs = [engine.request(m.request_id) for m in engine.all_metrics()]
+    out, ttft, itl = _latencies(
+        timeline.tokens, [(r.seq_id, r.arrival_time) for r in reqs], timeline.end_s
+    )
+    passes = sorted(timeline.work)
+    seconds = timeline.end_s[passes[-1]] - timeline.start_s[passes[0]] if passes else 0.0
+    ticks = [1e3 * (timeline.end_s[p] - timeline.start_s[p]) for p in passes]
+    return TimeFigures(out, seconds, ttft, itl, ticks)
+
+
+def _modeled_clock(tick_ms_by_pass: Mapping[int, float]) -> tuple[list[int], list[float]]:
+    """Pass indices in order and the modeled time (s) at the end of each."""
+    passes = sorted(tick_ms_by_pass)
+    ends: list[float] = []
+    total = 0.0
+    for p in passes:
+        total += tick_ms_by_pass[p] / 1e3
+        ends.append(total)
+    return passes, ends
+
+
+def _start_of(passes: list[int], ends: list[float], p: int) -> float:
+    """Modeled time when pass ``p`` starts: the end of the last pass run before it."""
+    i = bisect.bisect_left(passes, p)
+    return ends[i - 1] if i > 0 else 0.0
+
+
+def _modeled(
+    tick_by_pass: Mapping[int, float],
+    tokens: Mapping[int, Sequence[int]],
+    arrival_pass: Iterable[tuple[int, int]],
+) -> TimeFigures:
+    passes, ends = _modeled_clock(tick_by_pass)
+    end_at = dict(zip(passes, ends, strict=True))
+    arrivals = [(seq, _start_of(passes, ends, p)) for seq, p in arrival_pass]
+    out, ttft, itl = _latencies(tokens, arrivals, end_at)
+    return TimeFigures(out, ends[-1] if ends else 0.0, ttft, itl, [tick_by_pass[p] for p in passes])
+
+
+def modeled_figures(engine: Engine, timeline: PassTimeline, model: PassModel) -> TimeFigures:
+    """The run as if each pass took the model's time (one rank, nothing between passes)."""
+    reqs = [engine.request(m.request_id) for m in engine.all_metrics()]
+    ticks = {p: model.pass_ms(w) for p, w in timeline.work.items()}
+    return _modeled(ticks, timeline.tokens, [(r.seq_id, r.arrival_pass) for r in reqs])
+
+
+def rank_timing(engine: Engine, timeline: PassTimeline, tick_ends: Sequence[float],
+                start_s: float) -> dict[str, Any]:  # fmt: skip
+    """One data-parallel rank's timing record, JSON-ready: measured figures, and the
+    work and token passes ``dp_figures`` needs to model the phase."""
+    reqs = [engine.request(m.request_id) for m in engine.all_metrics()]
+    out, ttft, itl = _latencies(
+        timeline.tokens, [(r.seq_id, r.arrival_time) for r in reqs], timeline.end_s
+    )
+    marks = [start_s, *tick_ends]
+    return {
+        "output_tokens": out,
+        "seconds": (tick_ends[-1] - start_s) if tick_ends else 0.0,
+        "ttft_ms": ttft,
+        "itl_ms": itl,
+        "tick_ms": [1e3 * (b - a) for a, b in itertools.pairwise(marks)],
+        "work": [[p, *w.as_list()] for p, w in sorted(timeline.work.items())],
+        "requests": [[r.arrival_pass, timeline.tokens.get(r.seq_id, [])] for r in reqs],
+    }
+
+
+def dp_figures(ranks: Sequence[Mapping[str, Any]], model: PassModel | None = None) -> TimeFigures:
+    """A data-parallel phase from its ranks' ``rank_timing`` records.
+
+    Measured (``model`` None): tokens summed over the slowest rank's seconds; latency
+    samples pooled; tick times of the rank with the most ticks. Modeled: pass ``t`` of
+    every rank is tick ``t`` (ranks step together), costing ``tick_ms`` of their works.
+    """
+    if not ranks:
+        return TimeFigures(0, 0.0, [], [], [])
+    if model is None:
+        ticks = max((list(r["tick_ms"]) for r in ranks), key=len)
+        return TimeFigures(
+            sum(int(r["output_tokens"]) for r in ranks),
+            max(float(r["seconds"]) for r in ranks),
+            [x for r in ranks for x in r["ttft_ms"]],
+            [x for r in ranks for x in r["itl_ms"]],
+            ticks,
+        )
+    works: dict[int, list[PassWork]] = collections.defaultdict(list)
+    for r in ranks:
+        for row in r["work"]:
+            works[int(row[0])].append(PassWork.from_list(row[1:]))
+    tick_by_pass = {t: tick_ms(model, ws) for t, ws in works.items()}
+    tokens: dict[int, list[int]] = {}
+    arrivals: list[tuple[int, int]] = []
+    for r in ranks:
+        for arrival, passes in r["requests"]:
+            key = len(arrivals)
+            tokens[key] = list(passes)
+            arrivals.append((key, int(arrival)))
+    return _modeled(tick_by_pass, tokens, arrivals)
