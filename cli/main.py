@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "run": "densegate.cli.run",
     "conform": "densegate.cli.conform",
     "bench": "densegate.cli.bench",
+    "profile": "densegate.cli.profile",
 }
 """subcommand -> module; later subcommands register here."""
 

@@ -1,0 +1,79 @@
+"""``densegate profile``: time the torch runner's pass kinds and fit the pass-time model."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+HELP = "time the torch runner's pass kinds over a grid, fit the pass-time model, write a profile"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument(
+        "--model",
+        metavar="DIR",
+        help="time a model of the shape in DIR/config.json (seeded weights; default: the "
+        "tiny built-in model)",
+    )
+    p.add_argument(
+        "--out",
+        default="densegate-profile.json",
+        metavar="FILE",
+        help="profile JSON to write (default densegate-profile.json)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=5, help="timed rounds over the grid (median; default 5)"
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads on the CPU (default 1, as bench)"
+    )
+    p.add_argument(
+        "--collective-ms",
+        type=float,
+        default=0.0,
+        help="per-tick all-reduce time to model DP ticks with (default 0; "
+        "`densegate run --dp N` prints the measured one)",
+    )
+    p.add_argument(
+        "--grid",
+        choices=["full", "small"],
+        default="full",
+        help="full: the bench's pass sizes (default); small: a dozen tiny points, a smoke run",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def main(args: argparse.Namespace) -> int:
+    from densegate.impl.cost.measure import GRIDS, model_config_from_dir, profile_torch
+
+    try:
+        cfg = model_config_from_dir(args.model) if args.model else None
+        prof = profile_torch(
+            args.device,
+            cfg,
+            threads=args.threads if args.device == "cpu" else None,
+            repeats=args.repeats,
+            grid=GRIDS[args.grid](),
+            collective_ms=args.collective_ms,
+            progress=None if args.quiet else lambda s: print(s, file=sys.stderr, flush=True),
+        )
+    except ValueError as e:
+        print(f"densegate profile: {e}", file=sys.stderr)
+        return 2
+    prof.save(args.out)
+    print("\n".join(prof.describe()))
+    print("\n| pass kind | passes timed | median abs error | max abs error | coefficients (ms) |")
+    print("|---|---:|---:|---:|---|")
+    from densegate.impl.cost.model import FEATURES
+
+    model = prof.model
+    for kind, err in prof.fit_error.items():
+        cs = getattr(model, "coefficients", {}).get(kind, ())
+        terms = ", ".join(f"{f} {c:.3g}" for f, c in zip(FEATURES, cs, strict=True) if c)
+        print(
+            f"| {kind} | {err['samples']:.0f} | {err['median_abs_pct']:.1f}% | "
+            f"{err['max_abs_pct']:.1f}% | {terms} |"
+        )
+    print(f"\nwrote {args.out}")
+    return 0
