@@ -56,6 +56,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="how requests are assigned to ranks (default round-robin)",
     )
     dp.add_argument(
+        "--timed-rounds",
+        type=int,
+        default=0,
+        metavar="R",
+        help="run the uncoordinated phases on the same runner too, R rounds in alternating "
+        "order, and print each phase's measured tokens/s, TTFT, ITL and tick ms with the "
+        "ratio to gate-off (default 0: baselines on the null runner, untimed)",
+    )
+    dp.add_argument(
         "--dp-timeout",
         type=float,
         default=30.0,

@@ -179,3 +179,31 @@ def test_dp_modeled_tick_is_max_over_ranks() -> None:
     assert f.itl_ms == pytest.approx([3.5])
     assert f.output_tokens == 3
     assert FEATURES[0] == "base"
+
+
+def test_rounds_alternate_and_pool_with_ratio_to_baseline() -> None:
+    from densegate.impl.cost.compare import compare_rounds, round_name, round_order, split_round
+    from densegate.impl.cost.timeline import TimeFigures
+
+    order = [round_name(n, k) for k, n in round_order(["a", "b", "off"], 2)]
+    assert order == ["a", "b", "off", "off@2", "b@2", "a@2"]
+    assert split_round("off@2") == ("off", 2) and split_round("a") == ("a", 1)
+    with pytest.raises(ValueError, match="rounds must be >= 1"):
+        round_order(["a"], 0)
+
+    def f(tokens: int, seconds: float, ttft: float) -> TimeFigures:
+        return TimeFigures(tokens, seconds, [ttft], [1.0], [2.0])
+
+    figs = {
+        "a": f(100, 1.0, 5),
+        "off": f(50, 1.0, 1),
+        "a@2": f(300, 1.0, 7),
+        "off@2": f(50, 1.0, 3),
+    }
+    out = compare_rounds(figs, "off")
+    assert list(out) == ["a", "off"]
+    assert out["a"]["output_tokens_per_s"] == pytest.approx(200.0)
+    assert out["a"]["ratio_to_baseline"] == pytest.approx(4.0)
+    assert out["a"]["ratio_to_baseline_by_round"] == pytest.approx({1: 2.0, 2: 6.0})
+    assert out["a"]["ttft_ms"]["p50"] == pytest.approx(6.0) and out["a"]["rounds"] == 2
+    assert out["off"]["ratio_to_baseline"] == pytest.approx(1.0)

@@ -15,6 +15,7 @@ from densegate.impl.cost.roofline import GPUS, SHAPES, GPUSpec, ModelShape, Roof
 from densegate.impl.cost.roofline import RooflineModel as RooflineModel
 from densegate.impl.cost.timeline import (
     PassTimeline,
+    RankTiming,
     TimedRunner,
     TimeFigures,
     dp_figures,
@@ -35,6 +36,7 @@ __all__ = [
     "PassTimeline",
     "PassWork",
     "Profile",
+    "RankTiming",
     "RooflineInputs",
     "RooflineModel",
     "Sample",

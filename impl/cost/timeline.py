@@ -28,6 +28,7 @@ from densegate.impl.sched.batch import Runner, ScheduledBatch
 
 __all__ = [
     "PassTimeline",
+    "RankTiming",
     "TimeFigures",
     "TimedRunner",
     "dp_figures",
@@ -178,24 +179,42 @@ def modeled_figures(engine: Engine, timeline: PassTimeline, model: PassModel) ->
     return _modeled(ticks, timeline.tokens, [(r.seq_id, r.arrival_pass) for r in reqs])
 
 
-def rank_timing(engine: Engine, timeline: PassTimeline, tick_ends: Sequence[float],
-                start_s: float) -> dict[str, Any]:  # fmt: skip
+def rank_timing(engine: Engine, timeline: PassTimeline) -> dict[str, Any]:
     """One data-parallel rank's timing record, JSON-ready: measured figures, and the
-    work and token passes ``dp_figures`` needs to model the phase."""
+    work and token passes ``dp_figures`` needs to model the phase.
+
+    A tick is timed from the end of this rank's pass to the end of its next one
+    (the pass, the scheduling and the collective between); seconds run from the
+    start of its first pass to the end of its last.
+    """
     reqs = [engine.request(m.request_id) for m in engine.all_metrics()]
     out, ttft, itl = _latencies(
         timeline.tokens, [(r.seq_id, r.arrival_time) for r in reqs], timeline.end_s
     )
-    marks = [start_s, *tick_ends]
+    passes = sorted(timeline.work)
+    ends = timeline.end_s
     return {
         "output_tokens": out,
-        "seconds": (tick_ends[-1] - start_s) if tick_ends else 0.0,
+        "seconds": ends[passes[-1]] - timeline.start_s[passes[0]] if passes else 0.0,
         "ttft_ms": ttft,
         "itl_ms": itl,
-        "tick_ms": [1e3 * (b - a) for a, b in itertools.pairwise(marks)],
-        "work": [[p, *w.as_list()] for p, w in sorted(timeline.work.items())],
+        "tick_ms": [1e3 * (ends[b] - ends[a]) for a, b in itertools.pairwise(passes) if b == a + 1],
+        "work": [[p, *timeline.work[p].as_list()] for p in passes],
         "requests": [[r.arrival_pass, timeline.tokens.get(r.seq_id, [])] for r in reqs],
     }
+
+
+class RankTiming:
+    """Times a data-parallel rank's engine: installs a ``TimedRunner`` on it, and
+    ``report()`` gives the ``rank_timing`` record for the rank's report."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.timeline = PassTimeline()
+        engine.runner = TimedRunner(engine.runner, self.timeline)
+
+    def report(self) -> dict[str, Any]:
+        return rank_timing(self.engine, self.timeline)
 
 
 def dp_figures(ranks: Sequence[Mapping[str, Any]], model: PassModel | None = None) -> TimeFigures:

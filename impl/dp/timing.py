@@ -1,0 +1,69 @@
+"""Time per phase of a data-parallel run, measured, side by side, with the ratio to gate-off.
+
+Each rank's report carries its ``timing`` record (``densegate.impl.cost``);
+this pools the ranks of each phase, then the rounds of each phase
+(``densegate.impl.cost.compare``), and prints one table. Only phases run on the
+coordinated phase's runner are timed against it (the null-runner baselines of
+an untimed run measure the scheduler alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from densegate.impl.cost.compare import compare_rounds, split_round
+from densegate.impl.cost.timeline import TimeFigures, dp_figures
+from densegate.impl.dp.report import RankReport
+from densegate.impl.figures import fmt
+
+__all__ = ["BASELINE", "phase_timing", "print_timing"]
+
+BASELINE = "uncoordinated_gate_off"
+
+
+def phase_timing(by_phase: Mapping[str, Mapping[int, RankReport]]) -> dict[str, Any] | None:
+    """Per phase, rounds pooled: measured tokens/s, TTFT, ITL and tick ms, ratio to gate-off."""
+    main = by_phase.get("coordinated")
+    if not main or any(not r.timing for r in main.values()):
+        return None
+    runner = next(iter(main.values())).runner
+    figures: dict[str, TimeFigures] = {}
+    for name, reps in by_phase.items():
+        if all(r.timing and r.runner == runner for r in reps.values()):
+            figures[name] = dp_figures([reps[k].timing for k in sorted(reps)])
+    return {"runner": runner, "phases": compare_rounds(figures, BASELINE)}
+
+
+def print_timing(console: Any, s: Mapping[str, Any]) -> None:
+    timing = s.get("timing")
+    if not timing:
+        return
+    from rich.table import Table
+
+    phases = timing["phases"]
+    rounds = max(p["rounds"] for p in phases.values())
+    t = Table(
+        title=f"time per phase (measured, runner {timing['runner']}, {rounds} round(s) in "
+        "alternating order, pooled)"
+    )
+    t.add_column("figure")
+    for name in phases:
+        t.add_column(split_round(name)[0].replace("_", " "))
+
+    def pct(d: Mapping[str, Any], *qs: str) -> str:
+        return " / ".join(fmt(d.get(q)) for q in qs)
+
+    rows = (
+        ("output tokens/s", lambda p: fmt(p["output_tokens_per_s"])),
+        ("  ratio to gate off (pooled)", lambda p: fmt(p["ratio_to_baseline"])),
+        ("  ratio per round", lambda p: ", ".join(
+            fmt(v) for v in p["ratio_to_baseline_by_round"].values())),
+        ("TTFT ms p50 / p99", lambda p: pct(p["ttft_ms"], "p50", "p99")),
+        ("ITL ms p50 / p99", lambda p: pct(p["itl_ms"], "p50", "p99")),
+        ("tick ms p50 / p99", lambda p: pct(p["tick_ms"], "p50", "p99")),
+        ("seconds (all rounds)", lambda p: fmt(p["seconds"])),
+    )  # fmt: skip
+    for label, cell in rows:
+        t.add_row(label, *(cell(p) for p in phases.values()))
+    console.print(t)
