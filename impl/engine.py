@@ -10,19 +10,22 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from densegate.impl.gate import Decision, GatePolicy
+from densegate.impl.runners.hf_config import checkpoint_dir, model_len
+from densegate.impl.runners.tokenizer import TextCodec
 from densegate.impl.sched.batch import KVLayout, NullRunner, Runner
 from densegate.impl.sched.block_manager import blocks_for
-from densegate.impl.sched.request import Request, RequestStatus
+from densegate.impl.sched.request import Request, RequestStatus, stop_set
 from densegate.impl.sched.scheduler import PassPlan, Scheduler, SchedulerConfig
 from densegate.impl.validation import is_int
 
 __all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
 
 _RUNNERS = ("null", "torch")
-_DTYPES = ("float32", "float64", "bfloat16", "float16")
+_Prompt = TypeVar("_Prompt", str, list[int])  # generate(): text in, text out; ids in, ids out
+_DTYPES = ("float32", "float64", "bfloat16", "float16", "auto")
 
 
 @dataclass(frozen=True)
@@ -30,18 +33,24 @@ class EngineConfig(SchedulerConfig):
     """Scheduler limits plus which runner executes the passes.
 
     ``runner="null"`` schedules without computing (a fixed token per step);
-    ``"torch"`` runs the seeded Llama-style model in ``densegate.impl.runners.model``.
+    ``"torch"`` runs the Llama-family model in ``densegate.impl.runners.model``
+    (``dtype="auto"``: the checkpoint's own dtype, float32 for a seeded model).
     """
 
+    max_model_len: int = 0
+    """0: the model's ``max_position_embeddings`` (4096 for a model without one); never more."""
     runner: str = "null"
     device: str = "cpu"
     dtype: str = "float32"
     model: Any = None
-    """A ``densegate.impl.runners.model.ModelConfig`` for the torch runner (None: tiny default)."""
+    """A Hugging Face Llama checkpoint directory or a seeded ``ModelConfig``: selects torch."""
     num_threads: int | None = None
     """Torch intra-op threads while the torch runner runs a pass (None: torch's setting)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "max_model_len", model_len(self.model, self.max_model_len))
+        if self.model is not None and self.runner == "null":
+            object.__setattr__(self, "runner", "torch")
         super().__post_init__()
         if self.runner not in _RUNNERS:
             raise ValueError(f"EngineConfig.runner must be one of {_RUNNERS}, got {self.runner!r}")
@@ -49,8 +58,6 @@ class EngineConfig(SchedulerConfig):
             raise ValueError(f"EngineConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"EngineConfig.device must be a device string, got {self.device!r}")
-        if self.model is not None and self.runner != "torch":
-            raise ValueError("EngineConfig.model is only used with runner='torch'")
         # num_threads is ignored by the null runner, so a config can switch runners.
         if self.num_threads is not None and (not is_int(self.num_threads) or self.num_threads < 1):
             raise ValueError(
@@ -114,6 +121,8 @@ class Engine:
         self.runner: Runner = runner if runner is not None else self._make_runner()
         model_cfg = getattr(self.runner, "config", None)
         self.vocab_size: int | None = getattr(model_cfg, "vocab_size", None)
+        self.eos_token_ids = frozenset[int](getattr(model_cfg, "eos_token_ids", ()))
+        self.tokenizer = TextCodec(checkpoint_dir(self.config.model))
         self._requests: dict[str, Request] = {}
         self._unreported: list[Request] = []
         self._live = 0
@@ -124,17 +133,10 @@ class Engine:
     def _make_runner(self) -> Runner:
         if self.config.runner == "null":
             return NullRunner()
-        import torch
+        from densegate.impl.runners.torch_runner import runner_for
 
-        from densegate.impl.runners.torch_runner import TorchRunner
-
-        return TorchRunner(
-            self.config.layout,
-            self.config.model,
-            device=self.config.device,
-            dtype=getattr(torch, self.config.dtype),
-            num_threads=self.config.num_threads,
-        )
+        c = self.config
+        return runner_for(c.layout, c.model, c.device, c.dtype, c.num_threads)
 
     # -- requests ---------------------------------------------------------------------
     def rejection(self, prompt_token_ids: Sequence[int], max_tokens: int) -> str | None:
@@ -172,7 +174,13 @@ class Engine:
         return list(prompt_token_ids)
 
     def add_request(
-        self, prompt_token_ids: Sequence[int], max_tokens: int, request_id: str | None = None
+        self,
+        prompt_token_ids: Sequence[int],
+        max_tokens: int,
+        request_id: str | None = None,
+        *,
+        stop_token_ids: Sequence[int] = (),
+        ignore_eos: bool = False,
     ) -> str:
         """Queue a request; an inadmissible one ends REJECTED, reported by the next step."""
         prompt = self._check_types(prompt_token_ids, max_tokens)
@@ -184,6 +192,7 @@ class Engine:
             raise ValueError(f"request_id {rid!r} is already in use")
         self._next_seq += 1
         req = Request(rid, seq, prompt, max_tokens, self.scheduler.pass_index, time.perf_counter())
+        req.stop_token_ids = stop_set(stop_token_ids, () if ignore_eos else self.eos_token_ids)
         self._requests[rid] = req
         reason = self.rejection(prompt, max_tokens)
         if reason is not None:
@@ -269,9 +278,10 @@ class Engine:
         )
 
     def generate(
-        self, prompts: Sequence[Sequence[int]], max_tokens: int | Sequence[int]
-    ) -> list[list[int]]:
-        """Run ``prompts`` to completion; output token ids in prompt order.
+        self, prompts: Sequence[_Prompt], max_tokens: int | Sequence[int], **stops: Any
+    ) -> list[_Prompt]:
+        """Run ``prompts`` to completion; outputs in prompt order: token ids, or text for
+        text prompts (the checkpoint's tokenizer). ``stops``: ``add_request``'s keywords.
 
         Every prompt is checked first: one that could never be served raises
         ``ValueError`` naming its index before any work starts.
@@ -282,12 +292,13 @@ class Engine:
                 raise ValueError(f"max_tokens has {len(limits)} entries for {len(prompts)} prompts")
         else:
             limits = [max_tokens] * len(prompts)
-        checked = [self._check_types(p, m) for p, m in zip(prompts, limits, strict=True)]
+        text, ids_in = self.tokenizer.encode_all(prompts)
+        checked = [self._check_types(p, m) for p, m in zip(ids_in, limits, strict=True)]
         for i, (p, m) in enumerate(zip(checked, limits, strict=True)):
             reason = self.rejection(p, m)
             if reason is not None:
                 raise ValueError(f"prompt {i} cannot be served: {reason}")
-        ids = [self.add_request(p, m) for p, m in zip(checked, limits, strict=True)]
+        ids = [self.add_request(p, m, **stops) for p, m in zip(checked, limits, strict=True)]
         reqs = [self._requests[i] for i in ids]
         pending = set(ids)
         while pending:
@@ -297,7 +308,8 @@ class Engine:
         for r in reqs:
             if r.status is not RequestStatus.FINISHED:
                 raise RuntimeError(f"request {r.request_id!r} ended {r.status.name}")
-        return [list(r.output_token_ids) for r in reqs]
+        outs = [list(r.output_token_ids) for r in reqs]
+        return cast(list[_Prompt], [self.tokenizer.decode(o) for o in outs] if text else outs)
 
     # -- metrics ----------------------------------------------------------------------
     def metrics(self, request_id: str) -> RequestMetrics:

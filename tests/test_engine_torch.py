@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import torch
 
+import densegate.impl.runners.forward_inputs as forward_inputs
 import densegate.impl.runners.torch_runner as torch_runner
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Reason
@@ -211,7 +212,7 @@ def test_several_decode_groups_equal_reference(
     monkeypatch: pytest.MonkeyPatch, reference: dict[int, list[list[int]]]
 ) -> None:
     """Eager decode rows grouped by length (one group per distinct block count here)."""
-    monkeypatch.setattr(torch_runner, "GROUP_SPLIT_POSITIONS", 1)
+    monkeypatch.setattr(forward_inputs, "GROUP_SPLIT_POSITIONS", 1)
     r = run(0, **SCENARIOS["chunked"])
     assert r.outputs == reference[0]
     bs = BASE["block_size"]

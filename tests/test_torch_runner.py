@@ -14,7 +14,7 @@ import random
 import pytest
 import torch
 
-import densegate.impl.runners.torch_runner as torch_runner
+import densegate.impl.runners.forward_inputs as forward_inputs
 from densegate.impl.figures import percentile
 from densegate.impl.runners.cuda_graphs import (
     DecodeInputs,
@@ -222,7 +222,7 @@ def test_random_workload_matches_reference(
     ``split=1`` puts every distinct decode length in its own eager group.
     """
     if split is not None:
-        monkeypatch.setattr(torch_runner, "GROUP_SPLIT_POSITIONS", split)
+        monkeypatch.setattr(forward_inputs, "GROUP_SPLIT_POSITIONS", split)
     rng = random.Random(100 + seed)
     runner, pool = new_runner(), Blocks(rng)
     seqs = make_seqs(rng, [rng.randint(1, 14) for _ in range(5)], rng.randint(3, 10))
@@ -280,7 +280,7 @@ def test_eager_decode_context_follows_lengths_not_max_model_len() -> None:
 
 def test_grouped_eager_decode_equals_static_graph_body(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eager (grouped, cut context) and the full-width static step: same tokens, same cache."""
-    monkeypatch.setattr(torch_runner, "GROUP_SPLIT_POSITIONS", 1)
+    monkeypatch.setattr(forward_inputs, "GROUP_SPLIT_POSITIONS", 1)
     rng = random.Random(12)
     eager, static = new_runner(), new_runner()
     pool_e, pool_s = Blocks(random.Random(13)), Blocks(random.Random(13))

@@ -1,14 +1,32 @@
 """A request's life: WAITING -> RUNNING (prefill, maybe chunked) -> decoding -> an end.
 
 Every request ends exactly once, FINISHED, ABORTED or REJECTED, with a reason,
-so an engine can account for each one it was given.
+so an engine can account for each one it was given. A FINISHED request says
+why: ``"stop"`` (it sampled one of its ``stop_token_ids``, EOS included unless
+it ignores EOS) or ``"length"`` (it reached ``max_tokens``).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
-__all__ = ["Request", "RequestStatus"]
+from densegate.impl.validation import is_int
+
+__all__ = ["FINISH_LENGTH", "FINISH_STOP", "Request", "RequestStatus", "stop_set"]
+
+FINISH_LENGTH = "length"
+FINISH_STOP = "stop"
+
+
+def stop_set(stop_token_ids: Iterable[object], eos_token_ids: Iterable[int]) -> frozenset[int]:
+    """The tokens that end a request: its own stop ids plus the EOS ids it does not ignore."""
+    stops: list[int] = []
+    for t in stop_token_ids:
+        if not is_int(t) or t < 0:
+            raise ValueError(f"stop_token_ids must hold ints >= 0, got {t!r}")
+        stops.append(t)
+    return frozenset(stops).union(eos_token_ids)
 
 
 class RequestStatus(enum.Enum):
@@ -53,6 +71,7 @@ class Request:
         "request_id",
         "seq_id",
         "status",
+        "stop_token_ids",
         "token_times",
     )
 
@@ -64,11 +83,14 @@ class Request:
         max_tokens: int,
         arrival_pass: int,
         arrival_time: float,
+        stop_token_ids: frozenset[int] = frozenset(),
     ) -> None:
         self.request_id = request_id
         self.seq_id = seq_id
         self.prompt_token_ids = prompt_token_ids
         self.max_tokens = max_tokens
+        self.stop_token_ids = stop_token_ids
+        """Sampling one of these ends the request (the token is kept in the output)."""
         self.output_token_ids: list[int] = []
         self.status = RequestStatus.WAITING
         self.num_computed = 0

@@ -31,7 +31,7 @@ from densegate.impl.sched.batch import ScheduledBatch, SeqChunk
 from densegate.impl.sched.block_manager import BlockManager
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.plan import PassPlan, PassRecord
-from densegate.impl.sched.request import Request, RequestStatus
+from densegate.impl.sched.request import FINISH_LENGTH, FINISH_STOP, Request, RequestStatus
 
 __all__ = ["PassPlan", "PassRecord", "Scheduler", "SchedulerConfig"]
 
@@ -287,8 +287,11 @@ class Scheduler:
                 if r.first_token_pass is None:
                     r.first_token_pass = batch.index
                     r.first_token_time = now
-                if len(r.output_token_ids) >= r.max_tokens:
-                    self._finish(r, batch.index, now)
+                if tok in r.stop_token_ids:
+                    self._finish(r, batch.index, now, FINISH_STOP)
+                    finished = True
+                elif len(r.output_token_ids) >= r.max_tokens:
+                    self._finish(r, batch.index, now, FINISH_LENGTH)
                     finished = True
                 got.append(r)
         if next(it, None) is not None:
@@ -324,11 +327,12 @@ class Scheduler:
         if self.waiting and self.waiting[0].head_pass is None:
             self.waiting[0].head_pass = self._pass if at is None else at
 
-    def _finish(self, r: Request, index: int, now: float) -> None:
-        """End ``r``; ``update`` drops it from the running list in one sweep."""
+    def _finish(self, r: Request, index: int, now: float, reason: str) -> None:
+        """End ``r`` for ``reason`` (stop or length); ``update`` drops it from the running
+        list in one sweep."""
         self.blocks.free(r.block_table)
         r.status = RequestStatus.FINISHED
-        r.finish_reason = "length"
+        r.finish_reason = reason
         r.finish_pass = index
         r.finish_time = now
         self._by_seq.pop(r.seq_id, None)

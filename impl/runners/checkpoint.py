@@ -1,0 +1,237 @@
+"""Load a local Hugging Face ``LlamaForCausalLM`` checkpoint (safetensors) into a ``DecoderModel``.
+
+No random draw happens first and nothing is staged: each fused weight is
+allocated once on the target device in the target dtype, and every stored
+tensor is copied (converted on the way) into its slice of it. Tied embeddings
+share one tensor. Every tensor name and shape is checked before any is read, so
+a missing, unexpected or misshapen tensor is an error naming it, not a silently
+wrong model. ``rotary_emb.inv_freq`` (stale buffers some exports carry) is
+ignored: the frequencies are recomputed from ``config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from densegate.impl.runners.hf_config import CheckpointError, CheckpointInfo, read_config
+from densegate.impl.runners.model import DecoderModel
+from densegate.impl.runners.model_config import ModelConfig
+from densegate.impl.runners.weights import LayerWeights, ModelWeights
+
+__all__ = ["PROGRESS_BYTES", "CheckpointError", "load_model", "tensor_targets"]
+
+PROGRESS_BYTES = 256 << 20
+"""Loads of at least this many stored bytes show a progress bar (``progress=None``)."""
+
+_IGNORED_SUFFIX = "rotary_emb.inv_freq"
+
+_Target = tuple[str, int, int]
+"""(weight key, first row, row count) of a stored tensor's destination."""
+
+
+def tensor_targets(config: ModelConfig) -> dict[str, tuple[_Target, tuple[int, ...]]]:
+    """Every tensor the checkpoint must hold -> (destination, expected shape).
+
+    Q, K, V land in consecutive row ranges of ``wqkv`` (that order), gate and up
+    in ``w_gate_up``: the fused layout ``DecoderModel`` multiplies by.
+    """
+    c = config
+    q, kv, h, f = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.hidden, c.ffn_hidden
+    out: dict[str, tuple[_Target, tuple[int, ...]]] = {
+        "model.embed_tokens.weight": (("embed", 0, c.vocab_size), (c.vocab_size, h)),
+        "model.norm.weight": (("final_norm", 0, h), (h,)),
+    }
+    if not c.tie_word_embeddings:
+        out["lm_head.weight"] = (("lm_head", 0, c.vocab_size), (c.vocab_size, h))
+    for i in range(c.n_layers):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = ((f"{i}.attn_norm", 0, h), (h,))
+        out[p + "post_attention_layernorm.weight"] = ((f"{i}.mlp_norm", 0, h), (h,))
+        out[p + "self_attn.q_proj.weight"] = ((f"{i}.wqkv", 0, q), (q, h))
+        out[p + "self_attn.k_proj.weight"] = ((f"{i}.wqkv", q, kv), (kv, h))
+        out[p + "self_attn.v_proj.weight"] = ((f"{i}.wqkv", q + kv, kv), (kv, h))
+        out[p + "self_attn.o_proj.weight"] = ((f"{i}.wo", 0, h), (h, q))
+        out[p + "mlp.gate_proj.weight"] = ((f"{i}.w_gate_up", 0, f), (f, h))
+        out[p + "mlp.up_proj.weight"] = ((f"{i}.w_gate_up", f, f), (f, h))
+        out[p + "mlp.down_proj.weight"] = ((f"{i}.w_down", 0, h), (h, f))
+    return out
+
+
+def _shard_map(root: Path) -> dict[str, Path]:
+    """Tensor name -> the safetensors file holding it."""
+    single = root / "model.safetensors"
+    index = root / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise CheckpointError(f"{index}: no valid weight_map ({e!r})") from None
+        shards = {name: root / file for name, file in weight_map.items()}
+        for shard in set(shards.values()):
+            if not shard.is_file():
+                raise CheckpointError(f"{index} names shard {shard.name}, which is missing")
+        return shards
+    if single.is_file():
+        return {name: single for name in _open_keys(single)}
+    raise CheckpointError(
+        f"{root}: no model.safetensors or model.safetensors.index.json "
+        "(only safetensors checkpoints are read)"
+    )
+
+
+def _safe_open() -> Any:
+    try:
+        from safetensors import safe_open
+    except ModuleNotFoundError:
+        raise CheckpointError(
+            "loading a checkpoint needs the safetensors package: pip install 'densegate[hf]'"
+        ) from None
+    return safe_open
+
+
+def _open_keys(path: Path) -> list[str]:
+    with _safe_open()(str(path), framework="pt") as f:
+        return list(f.keys())
+
+
+def _check_names(stored: dict[str, Path], want: dict[str, Any], tied: bool) -> list[str]:
+    """The stored names to load; raise naming missing or unexpected tensors."""
+    ignored = {n for n in stored if n.endswith(_IGNORED_SUFFIX)}
+    if tied:
+        # transformers ties lm_head to the embeddings and ignores a stored copy.
+        ignored |= {"lm_head.weight"} & stored.keys()
+    unexpected = sorted(stored.keys() - want.keys() - ignored)
+    biases = [n for n in unexpected if n.endswith(".bias")]
+    if biases:
+        raise CheckpointError(f"bias tensors are not supported: {', '.join(biases[:4])}")
+    if unexpected:
+        more = f" (+{len(unexpected) - 4} more)" if len(unexpected) > 4 else ""
+        raise CheckpointError(f"unexpected tensors: {', '.join(unexpected[:4])}{more}")
+    missing = sorted(want.keys() - stored.keys())
+    if missing:
+        more = f" (+{len(missing) - 4} more)" if len(missing) > 4 else ""
+        raise CheckpointError(f"missing tensors: {', '.join(missing[:4])}{more}")
+    return [n for n in stored if n in want]
+
+
+@contextmanager
+def _progress(total_bytes: int, enabled: bool | None) -> Iterator[Any]:
+    """A rich progress bar over bytes copied, or None."""
+    if enabled is False or (enabled is None and total_bytes < PROGRESS_BYTES):
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    with Progress(
+        TextColumn("loading weights"), BarColumn(), DownloadColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("load", total=total_bytes)
+        yield lambda n: bar.advance(task, n)
+
+
+def _allocate(config: ModelConfig, device: torch.device, dtype: torch.dtype) -> dict[str, Tensor]:
+    c = config
+    q, kv, h, f = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.hidden, c.ffn_hidden
+
+    def empty(*shape: int) -> Tensor:
+        return torch.empty(shape, device=device, dtype=dtype)
+
+    out = {"embed": empty(c.vocab_size, h), "final_norm": empty(h)}
+    if not c.tie_word_embeddings:
+        out["lm_head"] = empty(c.vocab_size, h)
+    for i in range(c.n_layers):
+        out[f"{i}.attn_norm"] = empty(h)
+        out[f"{i}.mlp_norm"] = empty(h)
+        out[f"{i}.wqkv"] = empty(q + 2 * kv, h)
+        out[f"{i}.wo"] = empty(h, q)
+        out[f"{i}.w_gate_up"] = empty(2 * f, h)
+        out[f"{i}.w_down"] = empty(h, f)
+    return out
+
+
+def _assemble(config: ModelConfig, dest: dict[str, Tensor]) -> ModelWeights:
+    layers = tuple(
+        LayerWeights(
+            attn_norm=dest[f"{i}.attn_norm"],
+            wqkv=dest[f"{i}.wqkv"],
+            wo=dest[f"{i}.wo"],
+            mlp_norm=dest[f"{i}.mlp_norm"],
+            w_gate_up=dest[f"{i}.w_gate_up"],
+            w_down=dest[f"{i}.w_down"],
+        )
+        for i in range(config.n_layers)
+    )
+    embed = dest["embed"]
+    return ModelWeights(embed, layers, dest["final_norm"], dest.get("lm_head", embed))
+
+
+def load_model(
+    path: str | Path,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    progress: bool | None = None,
+    info: CheckpointInfo | None = None,
+) -> DecoderModel:
+    """The checkpoint at ``path`` as a ``DecoderModel`` on ``device``.
+
+    ``dtype=None`` keeps the checkpoint's own (``config.json``'s ``dtype`` or
+    ``torch_dtype``). ``progress``: True/False forces the bar on/off; None shows
+    it for loads of at least ``PROGRESS_BYTES``.
+    """
+    info = info if info is not None else read_config(path)
+    config = info.config
+    dtype = dtype if dtype is not None else getattr(torch, info.dtype)
+    device = torch.device(device)
+    want = tensor_targets(config)
+    stored = _shard_map(info.path)
+    names = _check_names(stored, want, config.tie_word_embeddings)
+    dest = _allocate(config, device, dtype)
+    safe_open = _safe_open()
+    by_file: dict[Path, list[str]] = {}
+    for n in names:
+        by_file.setdefault(stored[n], []).append(n)
+    with ExitStack() as stack:
+        handles = {
+            p: stack.enter_context(safe_open(str(p), framework="pt")) for p in sorted(by_file)
+        }
+        total = 0
+        for p, group in by_file.items():
+            for n in group:
+                sl = handles[p].get_slice(n)
+                shape = tuple(sl.get_shape())
+                if shape != want[n][1]:
+                    raise CheckpointError(
+                        f"tensor {n} has shape {list(shape)}, config.json implies "
+                        f"{list(want[n][1])}"
+                    )
+                numel = 1
+                for d in shape:
+                    numel *= d
+                total += numel * _itemsize(sl.get_dtype(), n)
+        with torch.no_grad(), _progress(total, progress) as advance:
+            for p, group in by_file.items():
+                for n in group:
+                    (key, start, rows), _ = want[n]
+                    src = handles[p].get_tensor(n)
+                    dest[key][start : start + rows].copy_(src)
+                    if advance is not None:
+                        advance(src.numel() * src.element_size())
+                    del src
+    return DecoderModel(config, device, dtype, _assemble(config, dest))
+
+
+_ITEMSIZE = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2}
+
+
+def _itemsize(st_dtype: str, name: str) -> int:
+    size = _ITEMSIZE.get(st_dtype)
+    if size is None:
+        raise CheckpointError(f"tensor {name} is stored as {st_dtype}: only float tensors load")
+    return size
