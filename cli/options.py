@@ -39,6 +39,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "from more and a busy core stalls every op; torch's own default on cuda)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ck = p.add_argument_group("checkpoint")
+    ck.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a local Hugging Face Llama checkpoint (config.json + model.safetensors or its "
+        "index): the torch runner runs it; with --prompt/--prompt-ids, generate and print",
+    )
+    ck.add_argument(
+        "--prompt", action="append", metavar="TEXT", help="a text prompt (needs tokenizer.json)"
+    )
+    ck.add_argument(
+        "--prompt-ids",
+        action="append",
+        metavar="IDS",
+        help='a token-id prompt, e.g. "1 15 42" (no tokenizer needed)',
+    )
+    ck.add_argument("--max-tokens", type=int, default=32, help="tokens per prompt (default 32)")
+    ck.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's EOS")
+    ck.add_argument(
+        "--stop-token-id", type=int, action="append", default=[], metavar="ID", help="stop at ID"
+    )
     dp = p.add_argument_group("data parallel")
     dp.add_argument(
         "--dp",
@@ -76,22 +97,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-num-batched-tokens", type=int, default=2048)
     g.add_argument("--block-size", type=int, default=16)
     g.add_argument("--num-blocks", type=int, default=4096)
-    g.add_argument("--max-model-len", type=int, default=4096)
+    g.add_argument(
+        "--max-model-len",
+        type=int,
+        default=_Default(4096),
+        help="default 4096; with --model, the checkpoint's max_position_embeddings",
+    )
     g.add_argument("--no-chunked-prefill", action="store_true")
     g.add_argument("--long-prefill-token-threshold", type=int, default=None)
     g.add_argument("--dense-tokens", type=int, default=None)
     g.add_argument("--max-hold-passes", type=int, default=30)
 
 
+class _Default(int):
+    """An int flag's default, told apart from the same value given on the command line."""
+
+
 def engine_config(args: argparse.Namespace, runner: str) -> Any:
     from densegate.impl.engine import EngineConfig
 
+    model = getattr(args, "model", None)
+    max_model_len = args.max_model_len
+    if model and isinstance(max_model_len, _Default):
+        max_model_len = 0  # the checkpoint's max_position_embeddings
     return EngineConfig(
+        model=model,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         block_size=args.block_size,
         num_blocks=args.num_blocks,
-        max_model_len=args.max_model_len,
+        max_model_len=int(max_model_len),
         enable_chunked_prefill=not args.no_chunked_prefill,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         dense_tokens=args.dense_tokens,

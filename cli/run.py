@@ -1,4 +1,5 @@
-"""``densegate run``: a seeded workload (or a trace) through the engine, summarized."""
+"""``densegate run``: a seeded workload (or a trace) through the engine, summarized;
+with ``--model DIR --prompt TEXT`` (or ``--prompt-ids``), a checkpoint's greedy output."""
 
 from __future__ import annotations
 
@@ -25,13 +26,17 @@ def main(args: argparse.Namespace) -> int:
         from densegate.cli.dp import run_dp
 
         return run_dp(args)
+    if args.prompt or args.prompt_ids:
+        from densegate.cli.generate import generate
+
+        return generate(args)
     try:
         if args.trace:
             trace = load_trace(args.trace)
         else:
             n = 500 if args.gen is None else args.gen
             trace = synthetic_trace(n, args.seed, rate=args.rate, max_model_len=args.max_model_len)
-        runner = args.runner
+        runner = "torch" if args.model else args.runner
         if runner == "auto":
             runner = "torch" if len(trace) <= 300 else "null"
         engine = Engine(engine_config(args, runner))

@@ -127,11 +127,12 @@ def _progress(total_bytes: int, enabled: bool | None) -> Iterator[Any]:
     if enabled is False or (enabled is None and total_bytes < PROGRESS_BYTES):
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    with Progress(
-        TextColumn("loading weights"), BarColumn(), DownloadColumn(), transient=True
-    ) as bar:
+    columns = (TextColumn("loading weights"), BarColumn(), DownloadColumn())
+    # On stderr: stdout may be carrying JSON.
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("load", total=total_bytes)
         yield lambda n: bar.advance(task, n)
 

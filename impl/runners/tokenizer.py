@@ -22,6 +22,11 @@ class TextCodec:
         self.path = None if checkpoint is None else Path(checkpoint) / "tokenizer.json"
         self._tok: Any = None
 
+    @property
+    def available(self) -> bool:
+        """True when the checkpoint has a ``tokenizer.json`` (the package may still be missing)."""
+        return self.path is not None and self.path.is_file()
+
     def _loaded(self) -> Any:
         if self._tok is not None:
             return self._tok

@@ -1,0 +1,76 @@
+"""``densegate run --model DIR --prompt TEXT``: a checkpoint's greedy continuation of each prompt.
+
+Text prompts (``--prompt``) are encoded with the checkpoint's ``tokenizer.json``
+and token-id prompts (``--prompt-ids``) need none; every request is printed
+with its output ids, its text when a tokenizer is there, and why it finished
+(``stop``: an EOS or stop id; ``length``: ``--max-tokens``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from densegate.cli.options import engine_config
+
+__all__ = ["generate", "parse_ids"]
+
+
+def parse_ids(text: str) -> list[int]:
+    """``"1 15, 42"`` -> ``[1, 15, 42]``; a clear error naming a bad entry."""
+    out = []
+    for part in text.replace(",", " ").split():
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise ValueError(f"--prompt-ids: {part!r} in {text!r} is not a token id") from None
+    return out
+
+
+def generate(args: argparse.Namespace) -> int:
+    """Run every prompt to completion; 0 when each finished, 1 if one was rejected, 2 on
+    bad input (no --model, no tokenizer for text, a refused checkpoint)."""
+    from densegate.impl.engine import Engine
+
+    if not args.model:
+        print("densegate run: --prompt and --prompt-ids need --model DIR", file=sys.stderr)
+        return 2
+    try:
+        engine = Engine(engine_config(args, "torch"))
+        text = engine.tokenizer
+        prompts = [text.encode(t) for t in args.prompt or []]
+        prompts += [parse_ids(s) for s in args.prompt_ids or []]
+        rids = [
+            engine.add_request(
+                p, args.max_tokens, stop_token_ids=args.stop_token_id, ignore_eos=args.ignore_eos
+            )
+            for p in prompts
+        ]
+        while engine.has_unfinished():
+            engine.step()
+        results: list[dict[str, Any]] = []
+        for rid, prompt in zip(rids, prompts, strict=True):
+            r = engine.request(rid)
+            item: dict[str, Any] = {
+                "prompt_ids": prompt,
+                "output_ids": list(r.output_token_ids),
+                "status": r.status.value,
+                "finish_reason": r.finish_reason,
+            }
+            if text.available:
+                item["text"] = text.decode(r.output_token_ids)
+            results.append(item)
+    except (ValueError, OSError) as e:
+        print(f"densegate run: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"model": str(args.model), "requests": results}))
+    else:
+        for i, item in enumerate(results):
+            print(f"request {i} ({item['status']}: {item['finish_reason']})")
+            print("  tokens: " + " ".join(map(str, item["output_ids"])))
+            if "text" in item:
+                print(f"  text: {item['text']!r}")
+    return 0 if all(item["status"] == "finished" for item in results) else 1
