@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 HELP = "replay seeded workloads through every policy and print one table per workload"
 
@@ -59,6 +60,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"requests per workload (default: each workload's size with the null runner, "
         f"{TORCH_REQUESTS} with torch)",
     )
+    p.add_argument(
+        "--cost",
+        metavar="PROFILE",
+        help="price every pass with a profile (a `densegate profile` JSON, or roofline:H100-SXM / "
+        "roofline:H200) and print modeled tokens/s, TTFT and ITL beside the pass counts",
+    )
+    p.add_argument(
+        "--dp",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --cost: N data-parallel ranks (in-process, null runner), phases coordinated, "
+        "local gates and gate off (default 1)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        metavar="R",
+        help="with --runner torch: run the policies R times, order reversed every other round, "
+        "and pool the measured times (default 2 with torch)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write TTFT CDF and prefill fill PNGs to DIR")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -72,7 +95,19 @@ def main(args: argparse.Namespace) -> int:
         run_bench,
         write_plots,
     )
+    from densegate.impl.bench.time_tables import format_cost_tables, format_time_tables
+    from densegate.impl.cost.profile import Profile
 
+    profile = None
+    if args.cost:
+        try:
+            profile = Profile.load(args.cost)
+        except (ValueError, OSError) as e:
+            print(f"densegate bench: --cost {args.cost}: {e}", file=sys.stderr)
+            return 2
+    if args.dp < 1 or (args.dp > 1 and profile is None):
+        print(f"densegate bench: --dp {args.dp} needs --cost and N >= 1", file=sys.stderr)
+        return 2
     workloads = _names(args.workloads, list(WORKLOADS))
     policies = _names(args.policies, list(BENCH_POLICIES))
     requests = args.requests
@@ -87,6 +122,9 @@ def main(args: argparse.Namespace) -> int:
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    if profile is not None and args.dp > 1:
+        return _dp_cost(args, profile, workloads, requests, None if args.quiet else progress)
+    rounds = args.rounds if args.rounds is not None else (2 if args.runner == "torch" else 1)
     try:
         result = run_bench(
             workloads,
@@ -96,6 +134,8 @@ def main(args: argparse.Namespace) -> int:
             requests=requests,
             device=args.device,
             progress=None if args.quiet else progress,
+            model=profile.model if profile is not None else None,
+            rounds=rounds,
         )
     except ValueError as e:
         print(f"densegate bench: {e}", file=sys.stderr)
@@ -107,6 +147,50 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(out))
     else:
         print(format_tables(result))
+        if args.runner != "null":
+            print("\n" + format_time_tables(result))
+        if profile is not None:
+            print("\n" + format_cost_tables(result, profile.describe()))
         for path in plots:
             print(f"wrote {path}")
     return 0 if result.drained else 1
+
+
+def _dp_cost(
+    args: argparse.Namespace,
+    profile: Any,
+    workloads: list[str],
+    requests: int | None,
+    progress: Any,
+) -> int:
+    """``bench --cost P --dp N``: each workload through N in-process ranks, modeled."""
+
+    from densegate.impl.bench import WORKLOADS, bench_config
+    from densegate.impl.bench.dp_runs import dp_trace, run_dp_phases
+    from densegate.impl.bench.time_tables import format_dp_cost_tables
+
+    base = bench_config()
+    runs = {}
+    for name in workloads:
+        if name not in WORKLOADS:
+            print(f"densegate bench: unknown workload {name!r}", file=sys.stderr)
+            return 2
+        trace = dp_trace(WORKLOADS[name], args.seed, args.dp, requests)
+        runs[name] = (len(trace), run_dp_phases(trace, base, args.dp, profile.model, args.seed))
+        if progress is not None:
+            progress(f"{name}: {len(trace)} requests over {args.dp} ranks, three phases done")
+    if args.json:
+        print(json.dumps({
+            "dp": args.dp,
+            "profile": profile.to_json() | {"samples": len(profile.samples)},
+            "workloads": {
+                w: {"requests": n, "phases": {
+                    p: {"alignment": r.alignment, "finished": r.finished,
+                        "modeled": r.modeled.summary()} for p, r in ph.items()}}
+                for w, (n, ph) in runs.items()
+            },
+        }))  # fmt: skip
+    else:
+        print(format_dp_cost_tables(runs, args.dp, profile.describe()))
+    ok = all(r.finished == n for n, ph in runs.values() for r in ph.values())
+    return 0 if ok else 1

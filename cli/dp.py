@@ -68,6 +68,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         kv_pressure_valve=getattr(args, "kv_valve", False),
         seed=args.seed,
         baselines=not getattr(args, "no_baselines", False),
+        timed_rounds=getattr(args, "timed_rounds", 0),
         crash=crash,
         crash_mode=crash_mode,
     )

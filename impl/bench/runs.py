@@ -34,6 +34,15 @@ from densegate.impl.baselines.policies import LegacyPolicy, OriginalPolicy
 from densegate.impl.baselines.prefill_first import PrefillFirstScheduler
 from densegate.impl.baselines.raw_scheduler import RawListScheduler
 from densegate.impl.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS
+from densegate.impl.cost.compare import compare_rounds, round_name, round_order
+from densegate.impl.cost.model import PassModel
+from densegate.impl.cost.timeline import (
+    PassTimeline,
+    TimedRunner,
+    TimeFigures,
+    measured_figures,
+    modeled_figures,
+)
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import GateConfig, GatePolicy, PrefillGate
 from densegate.impl.sched.scheduler import Scheduler
@@ -42,6 +51,7 @@ from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [
     "BENCH_POLICIES",
+    "TIME_BASELINE",
     "BenchPolicy",
     "BenchResult",
     "Check",
@@ -130,6 +140,10 @@ class PolicyRun:
     summary: dict[str, Any]
     ttft_passes: list[int] = field(repr=False)
     fills: list[float] = field(repr=False)
+    measured: TimeFigures | None = field(default=None, repr=False)
+    """Wall-clock figures (a timed runner only)."""
+    modeled: TimeFigures | None = field(default=None, repr=False)
+    """The same passes on the cost model's clock (when a model is given)."""
 
 
 def run_policy(
@@ -137,10 +151,13 @@ def run_policy(
     policy: BenchPolicy,
     base: EngineConfig,
     seed: int = 0,
+    model: PassModel | None = None,
 ) -> PolicyRun:
-    """Replay ``trace`` through a fresh engine with ``policy``."""
+    """Replay ``trace`` through a fresh engine with ``policy``; ``model`` adds modeled times."""
     cfg = policy.config(base)
     engine = Engine(cfg, gate=policy.gate(cfg.gate_config()), scheduler=policy.scheduler)
+    timeline = PassTimeline()
+    engine.runner = TimedRunner(engine.runner, timeline)
     extra = _PassFigures(engine)
     t0 = time.perf_counter()
     stats = run_trace(engine, trace, seed, extra)
@@ -179,7 +196,14 @@ def run_policy(
         "head_ttft_bound_passes": s["head_ttft_bound_passes"],
         "preemptions": s["preemptions"],
     }
-    return PolicyRun(policy.name, figures, s, ttft_p, extra.fills)
+    run = PolicyRun(policy.name, figures, s, ttft_p, extra.fills)
+    if timed:
+        run.measured = measured_figures(engine, timeline)
+        figures["measured_time"] = run.measured.summary()
+    if model is not None:
+        run.modeled = modeled_figures(engine, timeline, model)
+        figures["modeled_time"] = run.modeled.summary()
+    return run
 
 
 # -- the whole benchmark ----------------------------------------------------------------
@@ -198,6 +222,8 @@ class WorkloadRun:
     description: str
     requests: int
     runs: dict[str, PolicyRun]
+    time: dict[str, dict[str, Any]] | None = None
+    """Measured (timed runner): per policy, rounds pooled, ratio to ``TIME_BASELINE``."""
 
     def checks(self) -> list[Check]:
         """The done criteria that the policies present allow judging."""
@@ -285,11 +311,16 @@ class BenchResult:
                         p: {"figures": r.figures, "summary": r.summary} for p, r in w.runs.items()
                     },
                     "checks": [dataclasses.asdict(c) for c in w.checks()],
+                    "time": w.time,
                 }
                 for name, w in self.workloads.items()
             },
             "wall_s": self.wall_s,
         }
+
+
+TIME_BASELINE = "vllm-v1"
+"""The gate-off policy the measured tokens/s ratios are taken against."""
 
 
 def run_bench(
@@ -301,8 +332,15 @@ def run_bench(
     requests: int | None = None,
     device: str = "cpu",
     progress: Callable[[str], None] | None = None,
+    model: PassModel | None = None,
+    rounds: int = 1,
 ) -> BenchResult:
-    """Every workload through every policy; ``requests`` overrides each workload's size."""
+    """Every workload through every policy; ``requests`` overrides each workload's size.
+
+    ``model`` adds each run's modeled times. With a timed runner the policies run
+    ``rounds`` times in alternating order (``densegate.impl.cost.compare``); the
+    tables' pass counts are round 1's, the measured times pool every round.
+    """
     for name in workloads:
         if name not in WORKLOADS:
             raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
@@ -311,6 +349,8 @@ def run_bench(
             raise ValueError(f"unknown policy {name!r}; choose from {', '.join(BENCH_POLICIES)}")
     if requests is not None and requests < 1:
         raise ValueError(f"requests must be >= 1, got {requests}")
+    if rounds < 1 or (rounds > 1 and runner == "null"):
+        raise ValueError(f"rounds must be 1, or >= 1 with a timed runner; got {rounds}")
     base = bench_config(runner, device)
     t0 = time.perf_counter()
     out: dict[str, WorkloadRun] = {}
@@ -318,19 +358,26 @@ def run_bench(
         wl = WORKLOADS[wname]
         trace = wl.trace(seed, requests)
         runs: dict[str, PolicyRun] = {}
-        for pname in policies:
+        measured: dict[str, TimeFigures] = {}
+        for k, pname in round_order(list(policies), rounds):
             t = time.perf_counter()
-            runs[pname] = run_policy(trace, BENCH_POLICIES[pname], base, seed)
+            run = run_policy(trace, BENCH_POLICIES[pname], base, seed, model)
+            if k == 1:
+                runs[pname] = run
+            if run.measured is not None:
+                measured[round_name(pname, k)] = run.measured
             if progress is not None:
                 progress(
-                    f"{wname} / {pname}: {runs[pname].figures['passes']} passes, "
+                    f"{wname} / {pname} (round {k}): {run.figures['passes']} passes, "
                     f"{time.perf_counter() - t:.1f} s"
                 )
-        out[wname] = WorkloadRun(wname, wl.description, len(trace), runs)
+        time_table = compare_rounds(measured, TIME_BASELINE) if measured else None
+        out[wname] = WorkloadRun(wname, wl.description, len(trace), runs, time_table)
     config = {
         k: v
         for k, v in dataclasses.asdict(base).items()
         if k not in ("model", "enable_chunked_prefill", "gate_enabled")
     }
     config["dense_tokens"] = base.dense
+    config["rounds"] = rounds
     return BenchResult(runner, seed, config, out, time.perf_counter() - t0)

@@ -7,6 +7,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from densegate.impl.cost.compare import round_name, round_order
 from densegate.impl.dp.router import ROUTERS
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.engine import EngineConfig
@@ -43,6 +44,9 @@ class DPConfig:
     keep_outputs: bool = False
     crash: tuple[int, int] | None = None
     crash_mode: str = "exit"
+    timed_rounds: int = 0
+    """0: baselines on the null runner, untimed. R >= 1: every phase on the engine's runner,
+    R rounds in alternating order (``densegate.impl.cost.compare``), to compare times."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, EngineConfig):
@@ -60,6 +64,14 @@ class DPConfig:
         if self.crash_mode not in ("exit", "hang"):
             raise ValueError(
                 f"DPConfig.crash_mode must be 'exit' or 'hang', got {self.crash_mode!r}"
+            )
+        if (
+            isinstance(self.timed_rounds, bool)
+            or not isinstance(self.timed_rounds, int)
+            or (self.timed_rounds < 0)
+        ):
+            raise ValueError(
+                f"DPConfig.timed_rounds must be an int >= 0, got {self.timed_rounds!r}"
             )
         # Raises on bad gate parameters before any process starts.
         self.gate_config(self.engine)
@@ -89,13 +101,15 @@ def phases(config: DPConfig) -> list[Phase]:
     out = [Phase("coordinated", "aligned", config.engine)]
     if config.baselines:
         null = dataclasses.replace(config.engine, runner="null", model=None)
+        null = config.engine if config.timed_rounds else null
         out.append(
             Phase("uncoordinated_gate_off", "local", dataclasses.replace(null, gate_enabled=False))
         )
         out.append(
             Phase("uncoordinated_local_gate", "local", dataclasses.replace(null, gate_enabled=True))
         )
-    return out
+    rounds = max(config.timed_rounds, 1)
+    return [dataclasses.replace(p, name=round_name(p.name, k)) for k, p in round_order(out, rounds)]
 
 
 def make_prompts(trace: Sequence[TraceRequest], seed: int, vocab: int) -> list[list[int]]:

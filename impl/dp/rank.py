@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from densegate.impl.cost.timeline import RankTiming
 from densegate.impl.dp.collective import Collective, CollectiveError
 from densegate.impl.dp.config import COORDINATIONS as COORDINATIONS
 from densegate.impl.dp.config import DPConfig, Phase, make_prompts, phases
@@ -108,6 +109,7 @@ class _RankLoop:
         self.collective = collective
         self.on_crash = on_crash
         self.engine = Engine(phase.engine)
+        self.timing = RankTiming(self.engine)  # its passes' work and times, for the report
         self.sched = self.engine.scheduler
         self.gate = AlignedGate(config.gate_config(phase.engine), world)
         self.local_gate = PrefillGate(phase.engine.gate_config())
@@ -330,6 +332,7 @@ class _RankLoop:
             rep.outputs = {rid: list(engine.request(rid).output_token_ids) for rid in rep.finished}
         full = summarize(engine, self.stats, wall_s)
         rep.figures = {k: full[k] for k in FIGURES}
+        rep.timing = self.timing.report()
         rep.alignment = self.align.as_dict()
         rep.ticks = tick
         rep.wall_s = wall_s

@@ -91,6 +91,8 @@ class RankReport:
     ticks: int = 0
     wall_s: float = 0.0
     collective_ms_per_tick: float = 0.0
+    timing: dict[str, Any] = field(default_factory=dict)
+    """``densegate.impl.cost.rank_timing``: measured times, and the work to model them."""
 
     @property
     def assigned(self) -> list[str]:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from densegate.impl.dp.report import RankReport
+from densegate.impl.dp.timing import phase_timing, print_timing
 from densegate.impl.figures import fmt
 
 __all__ = ["merge_reports", "print_summary"]
@@ -124,6 +125,7 @@ def merge_reports(
         "ranks": ranks,
         "failure": failure,
         "coordinated_wall_s": max(rep.wall_s for rep in main.values()),
+        "timing": phase_timing(by_phase),
         "wall_s": wall_s,
     }
 
@@ -196,6 +198,7 @@ def print_summary(s: dict[str, Any]) -> None:
     ):  # fmt: skip
         r.add_row(label, *(str(get(row)) for row in s["ranks"]))
     console.print(r)
+    print_timing(console, s)
     f = s.get("failure")
     if f:
         console.print(

@@ -9,7 +9,7 @@ an untimed run measure the scheduler alone).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from densegate.impl.cost.compare import compare_rounds, split_round
@@ -54,7 +54,7 @@ def print_timing(console: Any, s: Mapping[str, Any]) -> None:
     def pct(d: Mapping[str, Any], *qs: str) -> str:
         return " / ".join(fmt(d.get(q)) for q in qs)
 
-    rows = (
+    rows: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
         ("output tokens/s", lambda p: fmt(p["output_tokens_per_s"])),
         ("  ratio to gate off (pooled)", lambda p: fmt(p["ratio_to_baseline"])),
         ("  ratio per round", lambda p: ", ".join(
