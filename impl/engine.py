@@ -127,6 +127,9 @@ class Engine:
         self._unreported: list[Request] = []
         self._live = 0
         self._next_seq = 0
+        self._open: PassPlan | None = None  # from plan(), not executed yet
+        self._deferred: list[Request] = []  # aborted while _open runs them
+        self._held: list[RequestOutput] = []  # others' outputs seen inside generate()
         self.scheduler_seconds = 0.0
         self.runner_seconds = 0.0
 
@@ -182,15 +185,27 @@ class Engine:
         stop_token_ids: Sequence[int] = (),
         ignore_eos: bool = False,
     ) -> str:
-        """Queue a request; an inadmissible one ends REJECTED, reported by the next step."""
+        """Queue a request; an inadmissible one ends REJECTED, reported by the next step.
+
+        Without ``request_id`` the id is ``str(n)`` for the next arrival number
+        ``n`` not already taken by a caller's id, so automatic ids never collide.
+        A caller's id that is already in use (by any request, ended or not)
+        raises ``ValueError`` naming it.
+        """
         prompt = self._check_types(prompt_token_ids, max_tokens)
         seq = self._next_seq
+        if request_id is None:
+            while str(seq) in self._requests:
+                seq += 1  # arrival numbers only need to increase; gaps are fine
         rid = str(seq) if request_id is None else request_id
         if not isinstance(rid, str):
             raise ValueError(f"request_id must be a str, got {rid!r}")
         if rid in self._requests:
-            raise ValueError(f"request_id {rid!r} is already in use")
-        self._next_seq += 1
+            raise ValueError(
+                f"request_id {rid!r} is already in use by another request; pass a new id, "
+                "or none for an automatic one"
+            )
+        self._next_seq = seq + 1
         req = Request(rid, seq, prompt, max_tokens, self.scheduler.pass_index, time.perf_counter())
         req.stop_token_ids = stop_set(stop_token_ids, () if ignore_eos else self.eos_token_ids)
         self._requests[rid] = req
@@ -206,62 +221,106 @@ class Engine:
         return rid
 
     def abort(self, request_id: str) -> bool:
-        """End a request now; False if it had already ended. Unknown ids raise KeyError."""
+        """End a request; False if it had ended (or its abort was pending) already.
+
+        Between ``plan()`` and ``execute()``, a request the open plan runs is not
+        ended at once: the pass runs as planned and decided (the gate's count and
+        data-parallel agreement stay true), then it ends ABORTED, reported with
+        that pass's outputs, unless the pass finished it. A new ``plan()`` instead
+        ends it first. Any other request ends at once. Unknown ids: ``KeyError``.
+        """
         req = self._requests.get(request_id)
         if req is None:
             raise KeyError(f"unknown request_id {request_id!r}")
-        if req.status.ended:
+        if req.status.ended or any(r is req for r in self._deferred):
             return False
-        self.scheduler.abort(req)
-        self._live -= 1
-        self._unreported.append(req)
+        p = self._open
+        runs = () if p is None else (*p.decodes, *(r for r, _ in (*p.partials, *p.admits)))
+        if any(r is req for r in runs):
+            self._deferred.append(req)
+        else:
+            self.scheduler.abort(req)
+            self._live -= 1
+            self._unreported.append(req)
         return True
 
+    def _apply_deferred(self) -> list[Request]:
+        """End the deferred aborts no pass has finished; returns those it ended."""
+        ended = [r for r in self._deferred if not r.status.ended]
+        for r in ended:
+            self.scheduler.abort(r)
+        self._live -= len(ended)
+        self._deferred.clear()
+        return ended
+
     def has_unfinished(self) -> bool:
-        return self._live > 0 or bool(self._unreported)
+        """True while a request runs, waits or has outputs the next step reports."""
+        return self._live > 0 or bool(self._unreported or self._held)
 
     def request(self, request_id: str) -> Request:
         return self._requests[request_id]
 
     # -- passes -----------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        """One scheduler pass; outputs for every request that got a token or ended."""
+        """One scheduler pass; outputs for every request that got a token or ended.
+
+        An open plan (``plan()`` without ``execute``) is dropped: this pass plans anew.
+        """
+        self._unreported += self._apply_deferred()
         if not self.scheduler.has_work():
+            self._open = None
             return self._drain_unreported()
+        plan = self.plan()
         t0 = time.perf_counter()
-        plan = self.scheduler.plan()
         decision = self.scheduler.decide(plan)
         self.scheduler_seconds += time.perf_counter() - t0
         return self.execute(plan, decision)
 
     def plan(self) -> PassPlan:
         """The next pass, planned but not committed: for callers that decide it
-        themselves (data-parallel ranks agree on one decision; see ``execute``)."""
+        themselves (data-parallel ranks agree on one decision; see ``execute``).
+
+        It replaces any plan not executed yet, ending that one's deferred aborts first.
+        """
+        self._unreported += self._apply_deferred()
         t0 = time.perf_counter()
-        plan = self.scheduler.plan()
+        plan = self._open = self.scheduler.plan()
         self.scheduler_seconds += time.perf_counter() - t0
         return plan
 
     def execute(self, plan: PassPlan, decision: Decision) -> list[RequestOutput]:
-        """Commit ``plan`` under ``decision``, run it, and report as ``step`` does."""
-        outputs = self._drain_unreported()
+        """Commit ``plan`` under ``decision``, run it, and report as ``step`` does.
+
+        ``plan`` must be the last ``plan()``'s, not executed yet; any other raises
+        ``ValueError`` and changes nothing. Deferred aborts apply after the pass.
+        """
+        if plan is not self._open:
+            raise ValueError(
+                f"execute() takes the plan the last plan() returned, once; this plan for "
+                f"pass {plan.index} is not it (plan again)"
+            )
         t0 = time.perf_counter()
         batch = self.scheduler.commit(plan, decision)
+        self._open = None
+        outputs = self._drain_unreported()
         t1 = time.perf_counter()
         tokens = self.runner.execute(batch) if (batch.prefills or batch.decodes) else ()
         t2 = time.perf_counter()
         got = self.scheduler.update(batch, tokens, t2)
+        aborted = self._apply_deferred()
         for r in got:
             if r.status is RequestStatus.FINISHED:
                 self._live -= 1
             outputs.append(self._output(r, [r.output_token_ids[-1]]))
+        outputs += [self._output(r, []) for r in aborted if not any(g is r for g in got)]
         t3 = time.perf_counter()
         self.scheduler_seconds += (t1 - t0) + (t3 - t2)
         self.runner_seconds += t2 - t1
         return outputs
 
     def _drain_unreported(self) -> list[RequestOutput]:
-        outputs = [self._output(r, []) for r in self._unreported]
+        outputs = self._held + [self._output(r, []) for r in self._unreported]
+        self._held = []
         self._unreported.clear()
         return outputs
 
@@ -284,7 +343,8 @@ class Engine:
         text prompts (the checkpoint's tokenizer). ``stops``: ``add_request``'s keywords.
 
         Every prompt is checked first: one that could never be served raises
-        ``ValueError`` naming its index before any work starts.
+        ``ValueError`` naming its index before any work starts. Outputs of other
+        requests that pass while it runs are kept for the next ``step``/``execute``.
         """
         if isinstance(max_tokens, Sequence):
             limits = list(max_tokens)
@@ -303,7 +363,9 @@ class Engine:
         pending = set(ids)
         while pending:
             for out in self.step():
-                if out.finished:
+                if out.request_id not in pending:
+                    self._held.append(out)
+                elif out.finished:
                     pending.discard(out.request_id)
         for r in reqs:
             if r.status is not RequestStatus.FINISHED:

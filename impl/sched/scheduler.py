@@ -66,6 +66,8 @@ class Scheduler:
         self._cap = config.chunk_cap
         self._chunked = config.enable_chunked_prefill
         self._queued_tokens = 0
+        self._aborted: list[Request] = []
+        """Requests aborted since the last commit: a plan that runs one is stale."""
 
     # -- queue management -------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -92,6 +94,7 @@ class Scheduler:
         req.finish_pass = self._pass
         self._by_seq.pop(req.seq_id, None)
         self.counters.aborted += 1
+        self._aborted.append(req)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -104,6 +107,7 @@ class Scheduler:
     # -- one pass ---------------------------------------------------------------------
     def plan(self) -> PassPlan:
         """Steps 1-3 of the module docstring; only step 1 (decode slots) mutates state."""
+        self._aborted.clear()  # a request aborted before planning is in no plan
         decodes, preempted, owed = self._plan_decodes()
         return self._plan_prefill(decodes, preempted, owed)
 
@@ -198,9 +202,13 @@ class Scheduler:
         )
 
     def commit(self, plan: PassPlan, decision: Decision) -> ScheduledBatch:
-        """Run the plan's prefill part only if ``decision`` fires; record the pass."""
-        if plan.index != self._pass:
-            raise ValueError(f"plan is for pass {plan.index}, scheduler is at {self._pass}")
+        """Run the plan's prefill part only if ``decision`` fires; record the pass.
+
+        A stale plan (another pass's, or one that runs a request aborted since it
+        was made, or admits other than the queue's head) raises ``ValueError``
+        before anything changes: plan again. ``Engine`` defers such aborts.
+        """
+        self._check_current(plan)
         batch = ScheduledBatch(self._pass)
         prefill_tokens = 0
         if decision.fire:
@@ -208,9 +216,7 @@ class Scheduler:
                 batch.prefills.append(self._prefill_chunk(r, n))
                 prefill_tokens += n
             for r, n in plan.admits:
-                head = self.waiting.popleft()
-                if head is not r:
-                    raise RuntimeError("waiting queue changed between plan and commit")
+                self.waiting.popleft()  # r: _check_current saw the admits head the queue
                 r.status = RequestStatus.RUNNING
                 self._queued_tokens -= r.num_tokens
                 self.blocks.allocate(r.block_table, r.num_tokens)
@@ -231,7 +237,29 @@ class Scheduler:
         self.counters.reasons[decision.reason] += 1
         self.pass_log.append(self._record(plan, decision, prefill_tokens, len(batch.prefills)))
         self._pass += 1
+        self._aborted.clear()
         return batch
+
+    def _check_current(self, plan: PassPlan) -> None:
+        """Raise, changing nothing, if committing ``plan`` would lose or corrupt a request."""
+        if plan.index != self._pass:
+            raise ValueError(f"plan is for pass {plan.index}, scheduler is at {self._pass}")
+        if self._aborted:  # O(plan) only after an abort: the usual pass pays nothing
+            gone = {id(r) for r in self._aborted}
+            runs = plan.decodes + [r for r, _ in plan.partials] + [r for r, _ in plan.admits]
+            hit = next((r for r in runs if id(r) in gone), None)
+            if hit is not None:
+                raise ValueError(
+                    f"plan for pass {plan.index} is stale: it runs request {hit.request_id!r}, "
+                    "aborted since; plan again"
+                )
+        waiting = self.waiting
+        for i, (r, _) in enumerate(plan.admits):
+            if i >= len(waiting) or waiting[i] is not r:
+                raise ValueError(
+                    f"plan for pass {plan.index} is stale: it admits request {r.request_id!r}, "
+                    "which is no longer at that place in the queue; plan again"
+                )
 
     def _record(
         self, plan: PassPlan, decision: Decision, prefill_tokens: int, prefill_seqs: int
