@@ -187,10 +187,8 @@ class Engine:
     ) -> str:
         """Queue a request; an inadmissible one ends REJECTED, reported by the next step.
 
-        Without ``request_id`` the id is ``str(n)`` for the next arrival number
-        ``n`` not already taken by a caller's id, so automatic ids never collide.
-        A caller's id that is already in use (by any request, ended or not)
-        raises ``ValueError`` naming it.
+        An automatic id is ``str(n)`` for the next arrival number ``n`` no caller's
+        id took; a caller's id already in use (ended or not) raises ``ValueError``.
         """
         prompt = self._check_types(prompt_token_ids, max_tokens)
         seq = self._next_seq
@@ -201,10 +199,7 @@ class Engine:
         if not isinstance(rid, str):
             raise ValueError(f"request_id must be a str, got {rid!r}")
         if rid in self._requests:
-            raise ValueError(
-                f"request_id {rid!r} is already in use by another request; pass a new id, "
-                "or none for an automatic one"
-            )
+            raise ValueError(f"request_id {rid!r} is already in use; pass another, or None")
         self._next_seq = seq + 1
         req = Request(rid, seq, prompt, max_tokens, self.scheduler.pass_index, time.perf_counter())
         req.stop_token_ids = stop_set(stop_token_ids, () if ignore_eos else self.eos_token_ids)
@@ -295,10 +290,7 @@ class Engine:
         ``ValueError`` and changes nothing. Deferred aborts apply after the pass.
         """
         if plan is not self._open:
-            raise ValueError(
-                f"execute() takes the plan the last plan() returned, once; this plan for "
-                f"pass {plan.index} is not it (plan again)"
-            )
+            raise ValueError(f"plan for pass {plan.index} is not the open plan(); plan again")
         t0 = time.perf_counter()
         batch = self.scheduler.commit(plan, decision)
         self._open = None

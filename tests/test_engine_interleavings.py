@@ -148,7 +148,7 @@ def test_execute_takes_only_the_open_plan_and_changes_nothing_otherwise() -> Non
     eng, *_ = _three_waiting()
     old = eng.plan()
     new = eng.plan()
-    with pytest.raises(ValueError, match="pass 0 is not it"):
+    with pytest.raises(ValueError, match="plan for pass 0 is not the open plan"):
         eng.execute(old, eng.scheduler.decide(old))
     assert eng.scheduler.pass_index == 0 and len(eng.scheduler.waiting) == 3
     eng.execute(new, eng.scheduler.decide(new))
