@@ -45,6 +45,14 @@ class GridPoint:
     decodes: tuple[int, ...] = ()
 
 
+def spread(rows: int, mean: int) -> tuple[int, ...]:
+    """``rows`` context lengths spread evenly over [0.2, 1.8] x ``mean``: real decode batches
+    mix lengths, and the eager runner groups rows by length, so uniform rows would flatter it."""
+    if rows == 1:
+        return (mean,)
+    return tuple(max(2, round(mean * (0.2 + 1.6 * i / (rows - 1)))) for i in range(rows))
+
+
 def default_grid(token_budget: int = 2048, max_seqs: int = 128) -> list[GridPoint]:
     """Prefill-only, decode-only and mixed points spanning the bench's pass sizes."""
     grid: list[GridPoint] = []
@@ -52,11 +60,11 @@ def default_grid(token_budget: int = 2048, max_seqs: int = 128) -> list[GridPoin
         if chunks * tokens <= token_budget:
             grid.append(GridPoint(((start, tokens),) * chunks))
     for rows, ctx in itertools.product((1, 8, 32, 64, max_seqs), (32, 256, 1024)):
-        grid.append(GridPoint((), (ctx,) * rows))
+        grid.append(GridPoint((), spread(rows, ctx)))
     for pre, rows, ctx in itertools.product(
         (((0, 64),), ((0, 512),), ((0, 256),) * 4, ((512, 1024),)), (8, 64, max_seqs), (64, 512)
     ):
-        grid.append(GridPoint(pre, (ctx,) * rows))
+        grid.append(GridPoint(pre, spread(rows, ctx)))
     return grid
 
 
