@@ -35,7 +35,9 @@ def main(args: argparse.Namespace) -> int:
             trace = load_trace(args.trace)
         else:
             n = 500 if args.gen is None else args.gen
-            trace = synthetic_trace(n, args.seed, rate=args.rate, max_model_len=args.max_model_len)
+            # With --model the limit is the checkpoint's unless given: ask the engine config.
+            limit = engine_config(args, "torch").max_model_len if args.model else args.max_model_len
+            trace = synthetic_trace(n, args.seed, rate=args.rate, max_model_len=limit)
         runner = "torch" if args.model else args.runner
         if runner == "auto":
             runner = "torch" if len(trace) <= 300 else "null"

@@ -133,3 +133,13 @@ def test_bad_prompt_ids_are_named(
 ) -> None:
     code, _, err = _run(capsys, "--model", str(ckpt[0]), "--prompt-ids", "1 x2")
     assert code == 2 and "'x2'" in err
+
+
+def test_workload_runs_on_a_checkpoint_within_its_positions(
+    ckpt: tuple[Path, Any, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without prompts, --model runs the synthetic workload, capped at max_position_embeddings."""
+    code, out, _ = _run(capsys, "--model", str(ckpt[0]), "--gen", "4", "--json")
+    s = json.loads(out)
+    assert code == 0 and s["finished"] == s["requests"] == 4
+    assert s["runner_kind"] == "torch"

@@ -6,7 +6,6 @@ Torch-free, so an engine config can read a checkpoint's limits (its
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from densegate.impl.validation import check_int, check_positive_float
@@ -115,8 +114,3 @@ class ModelConfig:
                     f"ModelConfig.eos_token_ids holds {t}, outside the vocabulary "
                     f"[0, {self.vocab_size})"
                 )
-
-    @property
-    def position_limit(self) -> float:
-        """``max_position_embeddings``, or infinity for a model without one."""
-        return self.max_position_embeddings or math.inf
