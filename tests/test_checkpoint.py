@@ -143,6 +143,7 @@ def test_stale_inv_freq_is_ignored_and_progress_bar_runs(copy: Path) -> None:
         ({"hidden_size": "32"}, "hidden_size"),
         ({"num_key_value_heads": 3}, "n_kv_heads"),
         ({"eos_token_id": [-1]}, "eos_token_id"),
+        ({"tie_word_embeddings": "yes"}, "tie_word_embeddings"),
     ],
 )
 def test_refused_config_fields_are_named(copy: Path, fields: dict[str, Any], needle: str) -> None:

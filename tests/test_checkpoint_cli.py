@@ -143,3 +143,14 @@ def test_workload_runs_on_a_checkpoint_within_its_positions(
     s = json.loads(out)
     assert code == 0 and s["finished"] == s["requests"] == 4
     assert s["runner_kind"] == "torch"
+
+
+def test_engine_generate_takes_and_returns_text(ckpt: tuple[Path, Any, Any]) -> None:
+    from densegate.impl.engine import Engine, EngineConfig
+
+    path, hf, hf_tok = ckpt
+    engine = Engine(EngineConfig(model=str(path), dtype="float64"))
+    want = [hf_greedy(hf, hf_tok.encode(p), 6) for p in (PROMPT, "w9 w9 w4")]
+    texts = [hf_tok.decode(w, skip_special_tokens=True) for w in want]
+    assert engine.generate([PROMPT, "w9 w9 w4"], 6) == texts
+    assert engine.generate([hf_tok.encode(PROMPT)], 6) == [want[0]]  # ids in, ids out

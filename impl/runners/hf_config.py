@@ -78,6 +78,12 @@ class _Fields:
             raise self.fail(field, f"must be finite, got {value!r}")
         return float(value)
 
+    def bool(self, field: str, default: Any = _MISSING) -> bool:
+        value = self.get(field, default)
+        if not isinstance(value, bool):
+            raise self.fail(field, f"must be true or false, got {value!r}")
+        return value
+
     def require(self, field: str, want: Any, default: Any, what: str) -> None:
         value = self.get(field, default)
         if value != want:
@@ -182,7 +188,7 @@ def read_config(path: str | Path) -> CheckpointInfo:
             rms_eps=f.float("rms_norm_eps", 1e-6),
             rope_scaling=scaling,
             max_position_embeddings=f.int("max_position_embeddings"),
-            tie_word_embeddings=bool(f.get("tie_word_embeddings", False)),
+            tie_word_embeddings=f.bool("tie_word_embeddings", False),
             eos_token_ids=eos,
         )
     except CheckpointError:
