@@ -71,3 +71,22 @@ def test_model_dir_shape_and_its_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="cannot read a model shape"):
         model_config_from_dir(tmp_path / "missing")
     assert cli_main(["profile", "--model", str(tmp_path / "missing"), "--quiet"]) == 2
+
+
+def test_cost_model_check_benchmark_smoke(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    prof = tmp_path / "p.json"
+    assert (
+        cli_main(["profile", "--grid", "small", "--repeats", "1", "--quiet", "--out", str(prof)])
+        == 0
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "cost_model_check.py"), "--gen", "3",
+         "--profile", str(prof)],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    assert "### whole --gen 3 runs" in out and "gate off, predicted (modeled)" in out
+    assert "| all passes |" in out
