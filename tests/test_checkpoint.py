@@ -236,3 +236,12 @@ def test_text_needs_a_tokenizer(good: Path) -> None:
         Engine(EngineConfig(model=str(good), dtype="float64")).generate(["hello"], 2)
     with pytest.raises(ValueError, match=r"EngineConfig\.model"):
         Engine(EngineConfig()).generate(["hello"], 2)
+
+
+def test_dtype_auto_is_the_checkpoints(good: Path, tmp_path: Path) -> None:
+    assert Engine(EngineConfig(model=str(good), dtype="auto")).runner.model.dtype == torch.float32  # type: ignore[attr-defined]
+    bf16 = tmp_path / "bf16"
+    LlamaForCausalLM.from_pretrained(good, dtype=torch.bfloat16).save_pretrained(bf16)
+    assert read_config(bf16).dtype == "bfloat16"
+    assert load_model(bf16).dtype == torch.bfloat16
+    assert Engine(EngineConfig(model=bf16)).runner.model.dtype == torch.float32  # type: ignore[attr-defined]

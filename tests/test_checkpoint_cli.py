@@ -154,3 +154,17 @@ def test_engine_generate_takes_and_returns_text(ckpt: tuple[Path, Any, Any]) -> 
     texts = [hf_tok.decode(w, skip_special_tokens=True) for w in want]
     assert engine.generate([PROMPT, "w9 w9 w4"], 6) == texts
     assert engine.generate([hf_tok.encode(PROMPT)], 6) == [want[0]]  # ids in, ids out
+
+
+def test_missing_tokenizers_package_says_what_to_install(
+    ckpt: tuple[Path, Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from densegate.impl.engine import Engine, EngineConfig
+
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    engine = Engine(EngineConfig(model=str(ckpt[0])))
+    with pytest.raises(ValueError, match=r"densegate\[text\]"):
+        engine.generate(["w1 w2"], 2)
+    assert engine.generate([[1, 2]], 2)[0] == hf_greedy(ckpt[1], [1, 2], 2)  # ids need none
