@@ -12,14 +12,16 @@ Two ways to start the same ranks, with the same code in each rank:
 
 The backend and the collectives' timeouts are ``densegate.impl.dp.collective``'s
 (``--dp-backend`` in this module's own command line overrides the backend): a
-rank that dies or hangs is noticed, and the survivors carry on alone
-(``densegate.impl.dp.rank``). Under torchrun the elastic agent itself SIGTERMs
-the whole group when a worker dies, so the fallback serves the launcher and
-hand-started ranks.
+rank that dies or hangs is noticed, and the survivors agree through the store,
+take over its requests and go on aligned (``densegate.impl.dp.rank``). Under
+torchrun the elastic agent itself stops every worker when one fails, so
+survivor behaviour needs ``densegate run --dp N`` (the store lives in the
+launcher) or hand-started ranks; the README says what torchrun does.
 
-``DENSEGATE_DP_CRASH=RANK:TICK[:hang]`` makes that rank die (or hang) at that
-tick, to watch the fallback; ``DENSEGATE_DP_OUT=DIR`` keeps the launcher's
-per-rank reports (decision logs included) in DIR.
+``DENSEGATE_DP_CRASH=RANK:TICK[:MODE[:SECONDS]][,...]`` injects faults (MODE:
+exit, collective, hang, slow; see ``densegate.impl.dp.config.Fault``);
+``DENSEGATE_DP_OUT=DIR`` keeps the launcher's per-rank reports (decision logs
+included) in DIR.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 from densegate.cli.options import add_arguments, engine_config
 from densegate.impl.dp.collective import TorchCollective
-from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.config import DPConfig, Fault
 from densegate.impl.dp.launch import DPResult, launch, rank_main
 from densegate.impl.dp.summary import merge_reports, print_summary
 from densegate.impl.traces.workload import TraceRequest
@@ -51,14 +53,24 @@ __all__ = [
 ]
 
 
+def parse_faults(spec: str) -> tuple[Fault, ...]:
+    """``RANK:TICK[:MODE[:SECONDS]]``, comma-separated; ValueError naming a bad one."""
+    faults = []
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        parts = item.split(":")
+        if not 2 <= len(parts) <= 4:
+            raise ValueError(f"DENSEGATE_DP_CRASH: {item!r} is not RANK:TICK[:MODE[:SECONDS]]")
+        try:
+            rank, tick = int(parts[0]), int(parts[1])
+            secs = float(parts[3]) if len(parts) > 3 else 0.0
+        except ValueError:
+            raise ValueError(f"DENSEGATE_DP_CRASH: {item!r} has a bad number") from None
+        faults.append(Fault(rank, tick, parts[2] if len(parts) > 2 else "exit", secs))
+    return tuple(faults)
+
+
 def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
-    crash = None
-    crash_mode = "exit"
-    spec = os.environ.get("DENSEGATE_DP_CRASH")
-    if spec:  # "RANK:TICK[:hang]", a fault-injection hook for tests and demos
-        parts = spec.split(":")
-        crash = (int(parts[0]), int(parts[1]))
-        crash_mode = parts[2] if len(parts) > 2 else "exit"
+    faults = parse_faults(os.environ.get("DENSEGATE_DP_CRASH", ""))
     return DPConfig(
         engine_config(args, runner),
         router=getattr(args, "router", "round-robin"),
@@ -69,8 +81,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         seed=args.seed,
         baselines=not getattr(args, "no_baselines", False),
         timed_rounds=getattr(args, "timed_rounds", 0),
-        crash=crash,
-        crash_mode=crash_mode,
+        faults=faults,
     )
 
 
@@ -97,12 +108,14 @@ def _inputs(args: argparse.Namespace) -> tuple[list[TraceRequest], DPConfig]:
 
 
 def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
-    """Print the summary (JSON or tables); exit status 0 only if nothing went wrong."""
+    """Print the summary (JSON or tables); exit status 0 only if every request ended
+    exactly once and the reporting ranks agree (a survived fault is not an error)."""
     if args.json:
         print(json.dumps(s))
     else:
         print_summary(s)
-    return 0 if s.get("healthy") and not s.get("unaccounted") and not s.get("lost") else 1
+    ok = "error" not in s and s.get("decisions_agree")
+    return 0 if ok and not (s.get("unaccounted") or s.get("lost") or s.get("duplicated")) else 1
 
 
 def run_dp(args: argparse.Namespace) -> int:
@@ -154,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     world = reports[0].world_size
     if everyone is not None:
         summary = merge_reports(world, dict(enumerate(everyone)), len(trace), wall)
-    elif any(r.failure for r in reports):
+    elif any(r.faults for r in reports):
         # The group is broken: each survivor reports what it knows.
         summary = merge_reports(world, {rank: [r.as_dict() for r in reports]}, len(trace), wall)
         summary["reported_by_rank"] = rank

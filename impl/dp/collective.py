@@ -6,64 +6,77 @@ the backend is gloo, or NCCL when the runner's device is CUDA and every rank
 has a GPU (``agree_backend``). Collectives wait at most ``timeout_s`` (the
 first of each phase waits ``startup_timeout_s``, while ranks build their
 models): a rank that died closes its sockets and is noticed at once, a rank
-that hangs is noticed at the timeout. After a failure, liveness goes through
-the rendezvous store, where the launcher also marks dead ranks.
+that hangs is noticed at the timeout, and a slower rank (a pass that takes
+less than the timeout) is simply waited for. After a failure the survivors
+agree on who is left through the rendezvous store and go on over a new group.
 """
 
 from __future__ import annotations
 
 import datetime
-import logging
 import os
 import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from densegate.impl.dp.membership import BROKEN_KEY, STREAM_KEY, Agreement, agree
+
 __all__ = [
-    "ALIVE_KEY",
-    "DEAD_KEY",
     "Collective",
     "CollectiveError",
+    "Excluded",
+    "StoreUnavailable",
     "TorchCollective",
     "agree_backend",
 ]
 
-log = logging.getLogger("densegate.dp")
-
-ALIVE_KEY = "densegate/dp/alive/{}"
-"""Store key a surviving rank sets (to how far it routed) once its group broke."""
-DEAD_KEY = "densegate/dp/dead/{}"
-"""Store key the launcher sets for a rank that exited abnormally or hung."""
 _NCCL_VOTE = "densegate/dp/nccl/{}"
+_POKE_S = 0.02
+"""How often a waiting collective looks for a peer's broken flag."""
 
 
 class CollectiveError(RuntimeError):
     """The collective failed or timed out: some rank is gone."""
 
 
+class Excluded(RuntimeError):
+    """The survivors agreed this rank is gone (it was too slow to answer); it must stop."""
+
+
+class StoreUnavailable(RuntimeError):
+    """The rendezvous store is gone (it lived in a dead rank): survivors cannot agree."""
+
+
 class Collective(Protocol):
     """Sums int vectors across the ranks of one group; raises ``CollectiveError`` on failure."""
 
     def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
-        """Element-wise sum over every rank. ``first``: the first call of a phase (ranks
+        """Element-wise sum over every member. ``first``: the first call of a phase (ranks
         may still be building their models, so a longer timeout may apply)."""
         ...
 
-    def survivors(self, routed: int) -> dict[int, int]:
-        """After a failure: every rank known to be alive -> how many arrivals it had routed.
+    def publish(self, record: bytes) -> None:
+        """Append one tick's stream record (``densegate.impl.dp.readmission``) where
+        survivors can read it if this rank dies."""
+        ...
 
-        ``routed`` is this rank's count, published for the others; waits at most
-        a grace period for ranks that are slow to notice the failure."""
+    def recover(self, calls: int, total: Sequence[int] | None) -> Agreement:
+        """After a failure: agree on the survivors and regroup over them.
+
+        ``calls`` collectives completed here, the last with result ``total``.
+        Raises ``Excluded`` or ``StoreUnavailable``; a later call failing with
+        ``CollectiveError`` means another member died: recover again."""
         ...
 
 
 class TorchCollective:
-    """``Collective`` over a torch.distributed process group, with timeouts and liveness.
+    """``Collective`` over torch.distributed, with timeouts, liveness and shrinking.
 
-    ``survivors`` publishes this rank as alive in the rendezvous store and
-    waits up to ``grace_s`` for every other rank to do the same (or to be
-    marked dead by the launcher); ranks heard from neither way count as dead.
-    If the store itself is gone (it lived in rank 0), rank 0 is taken as dead.
+    Epoch 0 runs on the default process group (gloo, or NCCL). While a call
+    waits it polls the epoch's broken flag in the store, so a rank that is not
+    a neighbour of the dead one in the ring fails at once too. ``recover``
+    agrees on the survivors (``densegate.impl.dp.membership``) and builds a new
+    gloo group over them, on CPU tensors, under a store prefix of the new epoch.
     """
 
     def __init__(
@@ -83,17 +96,25 @@ class TorchCollective:
         self.startup_timeout_s = startup_timeout_s
         self.device = device
         self.grace_s = timeout_s if grace_s is None else grace_s
+        self.epoch = 0
+        self.members = list(range(world_size))
+        self._group: Any = None  # None: the default group
 
     def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
         import torch
         import torch.distributed as dist
 
-        t = torch.tensor(list(vector), dtype=torch.int64, device=self.device)
+        device = self.device if self._group is None else "cpu"
+        t = torch.tensor(list(vector), dtype=torch.int64, device=device)
         wait = self.startup_timeout_s if first else self.timeout_s
         try:
-            work = dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True)
-            if work is None or not work.wait(timeout=datetime.timedelta(seconds=wait)):
-                raise CollectiveError(f"all_reduce did not complete within {wait}s")
+            if self._group is None:
+                work = dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True)
+            else:
+                work = self._group.allreduce([t])
+            if work is None:
+                raise CollectiveError("all_reduce returned no work handle")
+            self._wait(work, wait)
         except CollectiveError:
             raise
         except Exception as e:  # gloo raises RuntimeError; NCCL may raise DistBackendError
@@ -101,30 +122,61 @@ class TorchCollective:
         out: list[int] = t.tolist()
         return out
 
-    def survivors(self, routed: int) -> dict[int, int]:
-        store = self.store
+    def _wait(self, work: Any, wait: float) -> None:
+        """Until done, ``wait`` seconds pass, or a peer marks the epoch broken."""
+        start = time.monotonic()
+        poke = start + _POKE_S
+        broken = BROKEN_KEY.format(self.epoch)
+        pause = 0.0
+        while not work.is_completed():
+            now = time.monotonic()
+            if now - start > wait:
+                raise CollectiveError(f"all_reduce did not complete within {wait}s")
+            if now >= poke:
+                poke = now + _POKE_S
+                if self.store.check([broken]):
+                    raise CollectiveError("a peer found the group broken")
+            time.sleep(pause)
+            pause = min(0.001, pause + 0.0001)
+        work.wait()
+
+    def publish(self, record: bytes) -> None:
+        self.store.append(STREAM_KEY.format(self.rank), record)
+
+    def recover(self, calls: int, total: Sequence[int] | None) -> Agreement:
+        import torch.distributed as dist
+
         try:
-            store.set_timeout(datetime.timedelta(seconds=max(self.grace_s, 0.1)))
-            store.set(ALIVE_KEY.format(self.rank), str(routed))
+            self.store.set_timeout(datetime.timedelta(seconds=max(self.grace_s, 1.0)))
+            agreed = agree(
+                self.store, self.epoch, self.rank, self.members, calls, total, self.grace_s
+            )
         except Exception as e:
-            log.warning("rank %d: store unreachable (%s); taking rank 0 as dead", self.rank, e)
-            return {r: routed for r in range(self.world_size) if r != 0 or r == self.rank}
-        alive = {self.rank: routed}
-        unknown = set(range(self.world_size)) - set(alive)
-        deadline = time.monotonic() + self.grace_s
-        while unknown and time.monotonic() < deadline:
-            for r in sorted(unknown):
-                try:
-                    if store.check([ALIVE_KEY.format(r)]):
-                        alive[r] = int(store.get(ALIVE_KEY.format(r)))
-                        unknown.discard(r)
-                    elif store.check([DEAD_KEY.format(r)]):
-                        unknown.discard(r)
-                except Exception:
-                    unknown.discard(r)
-            if unknown:
-                time.sleep(0.02)
-        return alive
+            raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
+        if self.rank not in agreed.members:
+            raise Excluded(f"rank {self.rank} was agreed gone in epoch {self.epoch}")
+        self.epoch, self.members = agreed.epoch, agreed.members
+        prefix = dist.PrefixStore(f"densegate/dp/pg{self.epoch}", self.store)  # type: ignore[attr-defined]
+        try:
+            self._group = dist.ProcessGroupGloo(
+                prefix,
+                agreed.members.index(self.rank),
+                len(agreed.members),
+                datetime.timedelta(seconds=self.timeout_s),
+            )
+        except Exception as e:  # a survivor died while the group formed
+            self._group = _Broken(f"{type(e).__name__}: {e}")
+        return agreed
+
+
+class _Broken:
+    """A group that could not form: every call fails, so the caller recovers again."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def allreduce(self, tensors: Any) -> Any:
+        raise CollectiveError(f"the survivors' group did not form: {self.why}")
 
 
 def agree_backend(store: Any, rank: int, world: int, device: str, choice: str) -> str:

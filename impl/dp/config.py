@@ -13,9 +13,36 @@ from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.engine import EngineConfig
 from densegate.impl.traces.workload import TraceRequest
 
-__all__ = ["COORDINATIONS", "DPConfig", "Phase", "make_prompts", "phases"]
+__all__ = ["COORDINATIONS", "FAULT_MODES", "DPConfig", "Fault", "Phase", "make_prompts", "phases"]
 
 COORDINATIONS = ("aligned", "local")
+FAULT_MODES = ("exit", "collective", "hang", "slow")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected fault (a test hook) on ``rank`` at tick ``tick`` of the first phase.
+
+    ``exit``: the rank dies before the tick's collective; ``collective``: it
+    enters the collective, waits ``seconds`` and dies inside it; ``hang``: it
+    stops answering; ``slow``: it sleeps ``seconds`` before the collective and
+    goes on (below the timeout it must not be taken for dead).
+    """
+
+    rank: int
+    tick: int
+    mode: str = "exit"
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("rank", "tick"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"Fault.{name} must be an int >= 0, got {v!r}")
+        if self.mode not in FAULT_MODES:
+            raise ValueError(f"Fault.mode must be one of {FAULT_MODES}, got {self.mode!r}")
+        if isinstance(self.seconds, bool) or not self.seconds >= 0:
+            raise ValueError(f"Fault.seconds must be a number >= 0, got {self.seconds!r}")
 
 
 @dataclass(frozen=True)
@@ -26,9 +53,10 @@ class DPConfig:
     the null runner (scheduling does not depend on token values): every rank
     with its gate off, and every rank with its own local gate. Both still
     all-reduce every tick, so their mixed ticks are counted the same way.
-    ``crash`` = ``(rank, tick)`` (a test hook) makes that rank exit abruptly
-    at that tick of the first phase; ``crash_mode`` "hang" makes it stall
-    instead, to exercise the timeout rather than a closed connection.
+    ``faults`` are injected faults (test hooks, ``Fault``); ``crash`` =
+    ``(rank, tick)`` with ``crash_mode`` is the one-fault shorthand.
+    ``grace_s`` (default ``timeout_s``) is how long survivors wait for each
+    other to answer after a failure.
     """
 
     engine: EngineConfig
@@ -44,6 +72,8 @@ class DPConfig:
     keep_outputs: bool = False
     crash: tuple[int, int] | None = None
     crash_mode: str = "exit"
+    faults: tuple[Fault, ...] = ()
+    grace_s: float | None = None
     timed_rounds: int = 0
     """0: baselines on the null runner, untimed. R >= 1: every phase on the engine's runner,
     R rounds in alternating order (``densegate.impl.cost.compare``), to compare times."""
@@ -61,10 +91,14 @@ class DPConfig:
             raise ValueError(
                 f"DPConfig.kv_high_watermark must be in (0, 1], got {self.kv_high_watermark!r}"
             )
-        if self.crash_mode not in ("exit", "hang"):
+        if self.crash_mode not in FAULT_MODES:
             raise ValueError(
-                f"DPConfig.crash_mode must be 'exit' or 'hang', got {self.crash_mode!r}"
+                f"DPConfig.crash_mode must be one of {FAULT_MODES}, got {self.crash_mode!r}"
             )
+        if not all(isinstance(f, Fault) for f in self.faults):
+            raise ValueError(f"DPConfig.faults must hold Fault objects, got {self.faults!r}")
+        if self.grace_s is not None and not self.grace_s > 0:
+            raise ValueError(f"DPConfig.grace_s must be > 0, got {self.grace_s!r}")
         if (
             isinstance(self.timed_rounds, bool)
             or not isinstance(self.timed_rounds, int)
@@ -75,6 +109,17 @@ class DPConfig:
             )
         # Raises on bad gate parameters before any process starts.
         self.gate_config(self.engine)
+
+    @property
+    def all_faults(self) -> tuple[Fault, ...]:
+        """``faults`` plus the ``crash`` shorthand."""
+        if self.crash is None:
+            return self.faults
+        return (*self.faults, Fault(self.crash[0], self.crash[1], self.crash_mode))
+
+    @property
+    def grace(self) -> float:
+        return self.timeout_s if self.grace_s is None else self.grace_s
 
     def gate_config(self, engine: EngineConfig) -> AlignedGateConfig:
         return AlignedGateConfig(

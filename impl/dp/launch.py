@@ -7,8 +7,10 @@ than once per rank; spawn where there is no forkserver). The parent hosts the
 rendezvous store and hands each child the environment torchrun would give it
 (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE), so
 the children take the ``env://`` path exactly as under torchrun. Because the
-store lives in the parent, it outlives any rank, and the parent marks a rank
-that exited abnormally as dead in it, so survivors learn who died at once.
+store lives in the parent, it outlives any rank: the parent marks a rank that
+exited abnormally as dead in it (so survivors need not wait for it), kills a
+rank the survivors agreed is gone (a hung one), and at the end reads every
+rank's stream from it: what a caller was sent (``DPResult.streams``).
 """
 
 from __future__ import annotations
@@ -25,18 +27,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from densegate.impl.dp.collective import ALIVE_KEY, DEAD_KEY, TorchCollective, agree_backend
+from densegate.impl.dp.collective import Excluded, TorchCollective, agree_backend
 from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.membership import DEAD_KEY, EXCLUDED_KEY, STREAM_KEY
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
 from densegate.impl.dp.summary import merge_reports
 from densegate.impl.traces.workload import TraceRequest
 
-__all__ = ["DPResult", "launch", "rank_main"]
+__all__ = ["EXCLUDED_EXIT_CODE", "DPResult", "launch", "rank_main"]
 
 log = logging.getLogger("densegate.dp")
 
 _REPORT = "rank{}.json"
+EXCLUDED_EXIT_CODE = 18
+"""Exit status of a rank that found the survivors had agreed it was gone."""
 
 
 def rank_main(
@@ -82,7 +87,7 @@ def rank_main(
         timeout=datetime.timedelta(seconds=pg_timeout),
     )
     collective = TorchCollective(
-        rank, world, store, config.timeout_s, config.startup_timeout_s, device
+        rank, world, store, config.timeout_s, config.startup_timeout_s, device, config.grace
     )
     reports = run_rank(rank, world, trace, config, collective)
     if out_dir is not None:
@@ -91,7 +96,7 @@ def rank_main(
         tmp.write_text(json.dumps([r.as_dict() for r in reports]))
         tmp.replace(path)
     everyone: list[list[dict[str, Any]]] | None = None
-    healthy = all(r.failure is None for r in reports)
+    healthy = all(not r.faults for r in reports)
     if gather and healthy:
         objs: list[Any] = [None] * world if rank == 0 else []
         dist.gather_object([r.as_dict() for r in reports], objs if rank == 0 else None, dst=0)
@@ -114,6 +119,9 @@ def _spawn_entry(
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
         rank_main(trace, config, out_dir, backend=backend)
+    except Excluded as e:
+        logging.getLogger("densegate.dp").warning("%s; stopping", e)
+        os._exit(EXCLUDED_EXIT_CODE)
     except BaseException:
         # torch's spawn wrapper queues the traceback for a join() this launcher
         # never calls: print it, or a crashed rank dies silently.
@@ -135,13 +143,15 @@ def _start_method() -> str:
 
 @dataclass(eq=False)
 class DPResult:
-    """A finished ``launch``: every surviving rank's reports, exit codes, wall time."""
+    """A finished ``launch``: every surviving rank's reports, exit codes, wall time, and
+    each rank's stream as the store kept it (``membership.read_stream`` reads one)."""
 
     world_size: int
     reports: dict[int, list[RankReport]]
     exitcodes: list[int | None]
     wall_s: float
     trace_len: int
+    streams: dict[int, bytes]
 
     def phase(self, name: str) -> dict[int, RankReport]:
         """Rank -> report of phase ``name``, for the ranks that reported it."""
@@ -169,9 +179,8 @@ def launch(
 ) -> DPResult:
     """Start ``world_size`` rank processes on 127.0.0.1 and wait for all of them.
 
-    Ranks that exit abnormally are marked dead in the store at once. Once a
-    survivor reports a broken group, a rank that has not said it is alive
-    within ``timeout_s`` (plus slack) is taken as hung, killed, and marked dead.
+    Ranks that exit abnormally are marked dead in the store at once; a rank
+    the survivors agreed is gone is killed (it hung, or would only stop itself).
     """
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
     from torch.multiprocessing.spawn import start_processes
@@ -199,26 +208,20 @@ def launch(
         )
         procs = ctx.processes
         marked: set[int] = set()
-        failed_at: float | None = None  # when a survivor first reported a broken group
         while any(p.is_alive() for p in procs):
             for r, p in enumerate(procs):
-                if not p.is_alive() and p.exitcode != 0 and r not in marked:
+                if r in marked:
+                    continue
+                if not p.is_alive() and p.exitcode != 0:
                     store.set(DEAD_KEY.format(r), str(p.exitcode))
                     marked.add(r)
-            if failed_at is None and any(
-                store.check([ALIVE_KEY.format(r)]) for r in range(world_size)
-            ):
-                failed_at = time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > config.timeout_s + 1:
-                # Survivors have stopped waiting for them: a rank that never said it is
-                # alive is hung, and would outlive the run.
-                for r, p in enumerate(procs):
-                    if p.is_alive() and not store.check([ALIVE_KEY.format(r)]):
-                        log.warning("rank %d hung after the group broke; killing it", r)
-                        store.set(DEAD_KEY.format(r), "killed")
-                        p.kill()
-                        p.join()
-            time.sleep(0.05)
+                elif p.is_alive() and store.check([EXCLUDED_KEY.format(r)]):
+                    log.warning("rank %d was agreed gone by the survivors; killing it", r)
+                    p.kill()
+                    p.join()
+                    store.set(DEAD_KEY.format(r), "killed")
+                    marked.add(r)
+            time.sleep(0.02)
         for p in procs:
             p.join()
         exitcodes = [p.exitcode for p in procs]
@@ -227,4 +230,9 @@ def launch(
             path = Path(where) / _REPORT.format(r)
             if path.exists():
                 reports[r] = [RankReport.from_dict(d) for d in json.loads(path.read_text())]
-    return DPResult(world_size, reports, exitcodes, time.perf_counter() - t0, len(trace))
+        streams = {}
+        for r in range(world_size):
+            key = STREAM_KEY.format(r)
+            streams[r] = store.get(key) if store.check([key]) else b""
+    wall = time.perf_counter() - t0
+    return DPResult(world_size, reports, exitcodes, wall, len(trace), streams)

@@ -10,33 +10,33 @@ while any rank has work, so they also stop on the same tick.
 The same vector carries what the runtime needs besides the gate (whether any
 rank still has work, what each rank's previous pass did, each rank's load for
 the least-loaded router), so a tick costs one collective; ``densegate.impl.dp_gate``
-describes every slot.
+describes every slot. After each pass a rank streams its new tokens and ended
+requests (``Collective.publish``).
 
-A collective that fails or times out means a rank is gone. The survivors ask
-the ``Collective`` who is still alive (and how far each had routed), report
-the requests the router had sent to the dead ranks as lost, route later
-arrivals among themselves, and finish what they hold with their local
-``PrefillGate``, without further collectives (``_RankLoop._fallback``).
+A collective that fails or times out means a rank is gone. The survivors agree
+on who is left (``densegate.impl.dp.membership``), hand the dead ranks'
+unended requests over by the router rule (``densegate.impl.dp.readmission``),
+and go on over the smaller group with a fresh aligned gate of its size: still
+one decision per tick, identical on every survivor. The change takes effect at
+the same collective call on every survivor, so their histories stay equal.
 
 This module knows nothing of torch.distributed: a ``Collective`` is anything
 that sums int vectors across ranks (``densegate.impl.dp.collective`` has the
-torch one; tests use threads). The config, the vector layout and the reports
-live in ``config``, ``densegate.impl.dp_gate`` and ``report``; their names are
-importable from here too.
+torch one; tests use threads).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from densegate.impl.cost.timeline import RankTiming
-from densegate.impl.dp.collective import Collective, CollectiveError
-from densegate.impl.dp.config import COORDINATIONS as COORDINATIONS
+from densegate.impl.dp.collective import Collective, CollectiveError, StoreUnavailable
 from densegate.impl.dp.config import DPConfig, Phase, make_prompts, phases
+from densegate.impl.dp.inject import CRASH_EXIT_CODE, Injector, exit_now
+from densegate.impl.dp.membership import Agreement
+from densegate.impl.dp.readmission import StreamView, hand_over, stream_record
 from densegate.impl.dp.report import FIGURES, AlignmentStats, RankReport
 from densegate.impl.dp.router import Router, fallback_route
 from densegate.impl.dp_gate import (
@@ -45,12 +45,12 @@ from densegate.impl.dp_gate import (
     PREV_DECODE_ONLY,
     PREV_PREFILL,
     PREV_REASONS,
+    RANKS,
     REASONS,
     VECTOR_SIZE,
     AlignedGate,
     RankObservation,
     ReducedObservation,
-    vector_size,
 )
 from densegate.impl.engine import Engine
 from densegate.impl.gate import Decision, PrefillGate, Reason
@@ -59,29 +59,13 @@ from densegate.impl.sched.scheduler import PassPlan
 from densegate.impl.traces.replay import PassStats, summarize
 from densegate.impl.traces.workload import TraceRequest
 
-__all__ = [
-    "ANY_WORK",
-    "CRASH_EXIT_CODE",
-    "LOADS",
-    "PREV_DECODE_ONLY",
-    "PREV_PREFILL",
-    "PREV_REASONS",
-    "AlignmentStats",
-    "Collective",
-    "CollectiveError",
-    "DPConfig",
-    "Phase",
-    "RankReport",
-    "make_prompts",
-    "phases",
-    "run_rank",
-    "vector_size",
-]
+__all__ = ["CRASH_EXIT_CODE", "run_rank"]
 
 log = logging.getLogger("densegate.dp")
 
-CRASH_EXIT_CODE = 17
-"""Exit status of a rank killed by the ``DPConfig.crash`` test hook."""
+_Prev = tuple[bool, bool, Reason | None]
+_MAX_AGREEMENTS = 64
+"""A group that keeps failing without losing a rank is broken in a way agreement cannot fix."""
 
 
 class _RankLoop:
@@ -100,18 +84,19 @@ class _RankLoop:
         on_crash: Callable[[str], None],
     ) -> None:
         self.rank = rank
-        self.world = world
+        self.members = list(range(world))
         self.phase = phase
-        self.phase_index = phase_index
         self.trace = trace
         self.prompts = prompts
         self.config = config
         self.collective = collective
-        self.on_crash = on_crash
+        mine = [f for f in config.all_faults if f.rank == rank and phase_index == 0]
+        self.inject = Injector(mine, on_crash)
         self.engine = Engine(phase.engine)
         self.timing = RankTiming(self.engine)  # its passes' work and times, for the report
         self.sched = self.engine.scheduler
-        self.gate = AlignedGate(config.gate_config(phase.engine), world)
+        self.gate_config = config.gate_config(phase.engine)
+        self.gate = AlignedGate(self.gate_config, world)
         self.local_gate = PrefillGate(phase.engine.gate_config())
         self.router = Router(config.router, world)
         self.least_loaded = config.router == "least-loaded"
@@ -128,14 +113,18 @@ class _RankLoop:
             config.router,
         )
         self.next = 0  # index into trace of the next unrouted arrival
-        self.added: set[str] = set()
+        self.by_id = {str(idx): req for idx, req in trace}
+        self.calls = 0  # collectives completed (or adopted) this phase
+        self.last_total: list[int] | None = None
+        self.pending: Agreement | None = None
+        self.view = StreamView()  # every dead rank's sealed stream
         self.collective_s = 0.0
-        self.collective_calls = 0
 
     # -- arrivals -----------------------------------------------------------------------
-    def _add(self, idx: int, req: TraceRequest) -> None:
-        self.engine.add_request(self.prompts[idx], req.output_len, request_id=str(idx))
-        self.added.add(str(idx))
+    def _add(self, rid: str, seen: Sequence[int] = ()) -> None:
+        req = self.by_id[rid]
+        prompt = self.prompts[int(rid)] + list(seen)
+        self.engine.add_request(prompt, req.output_len - len(seen), request_id=rid)
 
     def _route(self, tick: int, bring_forward: bool) -> None:
         """Route every arrival due at ``tick`` (and one more if the group is idle)."""
@@ -144,15 +133,15 @@ class _RankLoop:
             trace[self.next][1].arrival_pass <= tick or bring_forward
         ):
             idx, req = trace[self.next]
-            target = self.router.route(req.prompt_len)
+            target = self.members[self.router.route(req.prompt_len)]
             self.report.assignment[str(idx)] = target
             if target == self.rank:
-                self._add(idx, req)
+                self._add(str(idx))
             self.next += 1
             bring_forward = False
 
     # -- one pass -----------------------------------------------------------------------
-    def _vector(self, plan: PassPlan, prev: tuple[bool, bool, Reason | None]) -> list[int]:
+    def _vector(self, plan: PassPlan, prev: _Prev) -> list[int]:
         sched = self.sched
         used = sched.config.num_blocks - sched.blocks.num_free
         obs = RankObservation(
@@ -162,50 +151,143 @@ class _RankLoop:
         prefilled, decode_only, reason = prev
         vec += [int(sched.has_work()), int(prefilled), int(decode_only)]
         vec += [int(prefilled and reason is r) for r in REASONS]
-        loads = [0] * self.world
+        loads = [0] * len(self.members)
         if self.least_loaded:  # tokens still to compute; O(running), not O(queue)
-            loads[self.rank] = sched.queued_tokens + sum(
+            loads[self.members.index(self.rank)] = sched.queued_tokens + sum(
                 r.num_tokens - r.num_computed for r in sched.running
             )
         return vec + loads
 
-    def _execute(self, plan: PassPlan, decision: Decision) -> tuple[bool, bool, Reason]:
-        self.engine.execute(plan, decision)
+    def _execute(self, plan: PassPlan, decision: Decision, tick: int) -> _Prev:
+        outputs = self.engine.execute(plan, decision)
+        record = stream_record(tick, outputs)
+        if record is not None:
+            self.collective.publish(record)
         rec = self.sched.pass_log[-1]
         self.stats.observe(rec)
         prefilled = rec.prefill_tokens > 0
         return prefilled, rec.decode_seqs > 0 and not prefilled, decision.reason
 
-    def _local_decision(self, plan: PassPlan) -> Decision:
-        return self.local_gate.decide_counts(plan.waiting_tokens, plan.decode_seqs)
+    # -- the collective, and what a failure of it does -------------------------------------
+    def _reduce(self, plan: PassPlan, prev: _Prev, tick: int) -> list[int] | None:
+        """The tick's all-reduce; after a failure, the survivors' (None: store gone)."""
+        while True:
+            if self.pending is not None:
+                self._apply(self.pending)
+                self.pending = None
+            vec = self._vector(plan, prev)
+            t0 = time.perf_counter()
+            try:
+                self.inject.before_collective(self.collective, vec)
+                total = self.collective.all_reduce_sum(vec, first=self.calls == 0)
+            except CollectiveError as e:
+                agreed = self._recover(tick, e, time.perf_counter() - t0)
+                if agreed is None:
+                    return None
+                if agreed.adopt is None or agreed.adopt[0] != self.calls + 1:
+                    continue  # retry this call over the survivors
+                total = agreed.adopt[1]  # the leaders completed it: so did we
+            self.collective_s += time.perf_counter() - t0
+            self.calls += 1
+            self.last_total = total
+            return total
 
-    def _maybe_crash(self, tick: int) -> None:
-        crash = self.config.crash
-        if crash is not None and self.phase_index == 0 and crash == (self.rank, tick):
-            self.on_crash(self.config.crash_mode)
+    def _recover(self, tick: int, err: Exception, waited_s: float) -> Agreement | None:
+        log.warning("rank %d: collective failed at tick %d after %.2fs (%s)", *(
+            self.rank, tick, waited_s, err))  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            agreed = self.collective.recover(self.calls, self.last_total)
+        except StoreUnavailable as e:
+            log.warning("rank %d: %s; finishing alone with the local gate", self.rank, e)
+            self.report.faults.append({"tick": tick, "error": str(e)[:300], "store_lost": True})
+            return None
+        self.pending = agreed
+        if len(self.report.faults) >= _MAX_AGREEMENTS:
+            raise RuntimeError(f"rank {self.rank}: {_MAX_AGREEMENTS} agreements, giving up")
+        self.report.faults.append(
+            {
+                "tick": tick,
+                "error": str(err)[:300],
+                "detected_after_s": waited_s,
+                "recovery_s": time.perf_counter() - t0,
+                "dead_ranks": agreed.dead,
+                "survivors": agreed.members,
+                "epoch": agreed.epoch,
+                "adopted": agreed.adopt is not None and agreed.adopt[0] == self.calls + 1,
+            }
+        )
+        return agreed
+
+    def _apply(self, agreed: Agreement) -> None:
+        """The new membership, from this call on: hand-over, router, gate."""
+        old = self.members
+        for d, raw in sorted(agreed.streams.items()):
+            self.view.add(d, raw)
+        total = self.last_total
+        loads = [total[LOADS + old.index(m)] if total else 0 for m in agreed.members]
+        costs = {rid: req.prompt_len for rid, req in self.by_id.items()}
+        rep = self.report
+        h = hand_over(
+            rep.assignment, agreed.dead, agreed.members, self.view, self.config.router, loads, costs
+        )
+        self.members = list(agreed.members)
+        self.router = h.router
+        self.gate = AlignedGate(self.gate_config, len(self.members))
+        rep.ended_on_dead.update({rid: [r, s] for rid, (r, s) in h.ended_on_dead.items()})
+        for rid, (src, dst) in h.targets.items():
+            rep.assignment[rid] = dst
+            rep.readmitted[rid] = [src, dst]
+            if dst == self.rank:
+                seen = self.view.tokens.get(rid, [])
+                rep.seen[rid] = list(seen)
+                self._add(rid, seen)
+        rep.faults[-1].update(readmitted=len(h.targets), ended_on_dead=len(h.ended_on_dead))
+        log.warning("rank %d: survivors %s re-admit %d request(s) of %s", *(
+            self.rank, self.members, len(h.targets), agreed.dead))  # fmt: skip
+
+    def _alone(self, tick: int) -> None:
+        """The store is gone with rank 0: nobody can agree, so finish alone, local gate.
+
+        Rank 0's requests are lost; later arrivals go round-robin over the others."""
+        rep = self.report
+        survivors = [m for m in self.members if m != 0]
+        rep.lost = sorted((rid for rid, r in rep.assignment.items() if r == 0), key=int)
+        trace = self.trace
+        while True:
+            idle = not self.sched.has_work()
+            while self.next < len(trace) and (trace[self.next][1].arrival_pass <= tick or idle):
+                idx, _ = trace[self.next]
+                target = fallback_route(idx, survivors)
+                rep.assignment[str(idx)] = target
+                if target == self.rank:
+                    self._add(str(idx))
+                    idle = False
+                self.next += 1
+            if not self.sched.has_work():
+                return
+            plan = self.engine.plan()
+            decision = self.local_gate.decide_counts(plan.waiting_tokens, plan.decode_seqs)
+            rep.local_decisions.append((tick, decision.fire, decision.reason.name))
+            self._execute(plan, decision, tick)
+            tick += 1
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> RankReport:
         t_start = time.perf_counter()
-        world = self.world
         aligned = self.phase.coordination == "aligned"
         tick = 0
-        prev: tuple[bool, bool, Reason | None] = (False, False, None)
-        done = False
-        while not done:
-            self._maybe_crash(tick)
+        prev: _Prev = (False, False, None)
+        while True:
+            self.inject.at_tick(tick)
             self._route(tick, False)
             while True:
                 plan = self.engine.plan()
-                vec = self._vector(plan, prev)
-                t0 = time.perf_counter()
-                try:
-                    total = self.collective.all_reduce_sum(vec, first=self.collective_calls == 0)
-                except CollectiveError as e:
-                    self._fallback(tick, e, time.perf_counter() - t0)
+                total = self._reduce(plan, prev, tick)
+                if total is None:
+                    self._alone(tick)
                     return self._finish(tick, time.perf_counter() - t_start)
-                self.collective_s += time.perf_counter() - t0
-                self.collective_calls += 1
+                world = total[RANKS]
                 if self.align.ticks < tick:  # the first reduce after tick - 1 reports it
                     self.align.observe(
                         world,
@@ -214,106 +296,23 @@ class _RankLoop:
                         total[PREV_REASONS:LOADS],
                     )
                 self.router.observe(total[LOADS : LOADS + world])
-                if total[ANY_WORK]:
-                    break
-                if self.next == len(self.trace):
-                    done = True
+                if total[ANY_WORK] or self.next == len(self.trace):
                     break
                 # Every rank is idle: bring the next arrival forward and plan this tick
                 # again (an idle tick would schedule nothing and measure nothing).
                 self._route(tick, True)
-            if done:
+            if not total[ANY_WORK]:
                 break
             if aligned:
-                reduced = ReducedObservation.from_sum(total[:VECTOR_SIZE], world)
-                decision = self.gate.decide(reduced, tick)
+                decision = self.gate.decide(
+                    ReducedObservation.from_sum(total[:VECTOR_SIZE], world), tick
+                )
             else:
-                decision = self._local_decision(plan)
+                decision = self.local_gate.decide_counts(plan.waiting_tokens, plan.decode_seqs)
             self.report.decisions.append((tick, decision.fire, decision.reason.name))
-            prev = self._execute(plan, decision)
+            prev = self._execute(plan, decision, tick)
             tick += 1
         return self._finish(tick, time.perf_counter() - t_start)
-
-    def _fallback(self, tick: int, err: Exception, waited_s: float) -> None:
-        """The group is broken: agree on the survivors, then finish alone with the local gate.
-
-        A rank that dies inside a collective may let some survivors complete that
-        tick while others fail it, so survivors can disagree by one tick on which
-        arrivals the shared router already placed. They publish how far they
-        routed; arrivals past the smallest such point are routed again with
-        ``fallback_route``, and a rank withdraws (aborts, still WAITING) any it
-        had taken that now belong to another survivor.
-        """
-        log.warning(
-            "rank %d: collective failed at tick %d after %.2fs (%s); falling back to the "
-            "local gate",
-            self.rank,
-            tick,
-            waited_s,
-            err,
-        )
-        t0 = time.perf_counter()
-        routed = dict(self.collective.survivors(self.next))
-        routed[self.rank] = self.next
-        survivors = sorted(routed)
-        boundary = min(routed.values())
-        dead = sorted(set(range(self.world)) - set(survivors))
-        assignment = self.report.assignment
-        withdrawn = []
-        for pos in range(boundary, self.next):
-            idx = self.trace[pos][0]
-            rid = str(idx)
-            if assignment.pop(rid) != self.rank or fallback_route(idx, survivors) == self.rank:
-                continue
-            if self.engine.request(rid).status is RequestStatus.WAITING:
-                self.engine.abort(rid)
-                self.added.discard(rid)
-                withdrawn.append(rid)
-            else:  # cannot happen (no pass ran since it was routed); keep it rather than lose it
-                assignment[rid] = self.rank
-        self.next = boundary
-        lost = sorted((rid for rid, r in assignment.items() if r in dead), key=int)
-        log.warning(
-            "rank %d: survivors %s, dead %s; %d request(s) lost with the dead: %s",
-            self.rank,
-            survivors,
-            dead,
-            len(lost),
-            lost,
-        )
-        failure: dict[str, Any] = {
-            "tick": tick,
-            "error": str(err)[:300],
-            "detected_after_s": waited_s,
-            "liveness_s": time.perf_counter() - t0,
-            "survivors": survivors,
-            "dead_ranks": dead,
-            "lost_requests": lost,
-            "rerouted_from": boundary,
-            "withdrawn": withdrawn,
-        }
-        self.report.failure = failure
-        trace = self.trace
-        while True:
-            idle = not self.sched.has_work()
-            while self.next < len(trace) and (trace[self.next][1].arrival_pass <= tick or idle):
-                idx, req = trace[self.next]
-                target = fallback_route(idx, survivors)
-                assignment[str(idx)] = target
-                if target == self.rank:
-                    if str(idx) not in self.added:
-                        self._add(idx, req)
-                    idle = False
-                self.next += 1
-            if not self.sched.has_work():
-                break
-            plan = self.engine.plan()
-            decision = self._local_decision(plan)
-            self.report.local_decisions.append((tick, decision.fire, decision.reason.name))
-            self._execute(plan, decision)
-            tick += 1
-        failure["ticks_alone"] = len(self.report.local_decisions)
-        failure["finished_alone_s"] = time.perf_counter() - t0
 
     def _finish(self, tick: int, wall_s: float) -> RankReport:
         rep = self.report
@@ -329,24 +328,20 @@ class _RankLoop:
             else:
                 rep.unfinished.append(rid)
         if self.config.keep_outputs:
-            rep.outputs = {rid: list(engine.request(rid).output_token_ids) for rid in rep.finished}
+            rep.outputs = {
+                rid: rep.seen.get(rid, []) + list(engine.request(rid).output_token_ids)
+                for rid in rep.finished
+            }
+        self.sched.check_invariants()
+        rep.kv_blocks = [self.sched.blocks.num_free, self.sched.config.num_blocks]
         full = summarize(engine, self.stats, wall_s)
         rep.figures = {k: full[k] for k in FIGURES}
         rep.timing = self.timing.report()
         rep.alignment = self.align.as_dict()
         rep.ticks = tick
         rep.wall_s = wall_s
-        calls = max(self.collective_calls, 1)
-        rep.collective_ms_per_tick = 1e3 * self.collective_s / calls
+        rep.collective_ms_per_tick = 1e3 * self.collective_s / max(self.calls, 1)
         return rep
-
-
-def _exit_now(mode: str) -> None:
-    """The crash hook's default: die without cleanup, like a killed process."""
-    if mode == "hang":
-        while True:
-            time.sleep(3600)
-    os._exit(CRASH_EXIT_CODE)
 
 
 def run_rank(
@@ -356,13 +351,13 @@ def run_rank(
     config: DPConfig,
     collective: Collective,
     *,
-    on_crash: Callable[[str], None] = _exit_now,
+    on_crash: Callable[[str], None] = exit_now,
 ) -> list[RankReport]:
-    """Run every phase of ``config`` on this rank; stops after a phase whose group broke.
+    """Run every phase of ``config`` on this rank; stops after a phase where a rank died.
 
     Every rank must be given the same trace and config. Prompts come from the
     coordinated phase's vocabulary for every phase, so phases differ only in
-    how they decide.
+    how they decide. Raises ``Excluded`` if the survivors agreed this rank is gone.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size {world_size}")
@@ -378,6 +373,6 @@ def run_rank(
         loop.prompts = prompts
         report = loop.run()
         reports.append(report)
-        if report.failure is not None:
+        if report.faults:
             break
     return reports

@@ -66,9 +66,19 @@ class RankReport:
     """One rank's account of one phase; JSON-ready through ``as_dict``/``from_dict``.
 
     ``decisions`` holds ``(tick, fire, reason)`` for every coordinated tick;
-    every rank of a healthy aligned phase holds the same list. Decisions taken
-    alone after a failure go to ``local_decisions``. ``assignment`` is the
-    whole routing (request id -> rank) every rank computed alike.
+    every rank of a healthy aligned phase holds the same list, and after a
+    fault every survivor does. Decisions taken alone (only when the store died
+    with rank 0) go to ``local_decisions``. ``assignment`` is the whole routing
+    (request id -> rank, the survivor for a handed-over request) every rank
+    computed alike.
+
+    After a fault: ``faults`` (one entry per agreement: tick, dead ranks,
+    detection and recovery seconds), ``readmitted`` (request -> [dead rank it
+    left, survivor that took it]), ``ended_on_dead`` (request -> [dead rank,
+    status] for what the dead rank's stream had already ended), ``seen``
+    (request -> tokens the caller saw before this rank re-admitted it). ``lost``
+    is empty unless the store itself died. ``kv_blocks`` is ``[free, total]``
+    at the end: equal when every block came back.
     """
 
     rank: int
@@ -86,13 +96,23 @@ class RankReport:
     unfinished: list[str] = field(default_factory=list)
     alignment: dict[str, Any] = field(default_factory=dict)
     figures: dict[str, Any] = field(default_factory=dict)
-    failure: dict[str, Any] | None = None
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    readmitted: dict[str, list[int]] = field(default_factory=dict)
+    ended_on_dead: dict[str, list[Any]] = field(default_factory=dict)
+    seen: dict[str, list[int]] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)
+    kv_blocks: list[int] = field(default_factory=list)
     outputs: dict[str, list[int]] | None = None
     ticks: int = 0
     wall_s: float = 0.0
     collective_ms_per_tick: float = 0.0
     timing: dict[str, Any] = field(default_factory=dict)
     """``densegate.impl.cost.rank_timing``: measured times, and the work to model them."""
+
+    @property
+    def fault_tick(self) -> int | None:
+        """The tick of the first fault, or None if the group never broke."""
+        return self.faults[0]["tick"] if self.faults else None
 
     @property
     def assigned(self) -> list[str]:

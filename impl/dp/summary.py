@@ -23,8 +23,10 @@ def merge_reports(
 ) -> dict[str, Any]:
     """One JSON-ready summary from every reporting rank's phase reports.
 
-    Every request must be finished by some rank, rejected, or reported lost
-    with a dead rank; anything else is listed as ``unaccounted``.
+    Each request must end exactly once: in a reporting rank's report (finished
+    or rejected), in a dead rank's stream as the survivors read it
+    (``ended_on_dead``), or as lost (only if the store died). A request ended
+    twice is listed under ``duplicated``, one never ended under ``unaccounted``.
     """
     by_phase: dict[str, dict[int, RankReport]] = collections.defaultdict(dict)
     for rank, reps in reports.items():
@@ -41,31 +43,40 @@ def merge_reports(
             "exitcodes": codes,
         }
     first = main[min(main)]
-    finished = sorted({rid for rep in main.values() for rid in rep.finished}, key=int)
-    rejected = sorted({rid for rep in main.values() for rid in rep.rejected}, key=int)
-    failures = {r: rep.failure for r, rep in main.items() if rep.failure is not None}
-    # Survivors a failure names but whose reports are not here (under torchrun each
-    # survivor reports alone) hold their own requests: "elsewhere", not unaccounted.
-    elsewhere_ranks: set[int] = set()
-    lost: set[str] = set()
-    dead_set: set[int] = set()
-    for f in failures.values():
-        lost.update(f["lost_requests"])
-        dead_set.update(f["dead_ranks"])
-        elsewhere_ranks.update(set(f["survivors"]) - set(main))
+    faults = [f for rep in main.values() for f in rep.faults]
+    dead_set = {d for f in faults for d in f.get("dead_ranks", [])}
+    # Survivors a fault names but whose reports are not here (ranks started by hand
+    # report alone) hold their own requests: "elsewhere", not unaccounted.
+    named = {m for f in faults for m in f.get("survivors", [])}
+    elsewhere_ranks = named - set(main) - dead_set
     dead = sorted(dead_set | (set(range(world_size)) - set(main) - elsewhere_ranks))
-    accounted = set(finished) | set(rejected) | lost
+    ends: collections.Counter[str] = collections.Counter()
+    finished: set[str] = set()
+    rejected: set[str] = set()
+    for rep in main.values():
+        ends.update(rep.finished + rep.rejected)
+        finished.update(rep.finished)
+        rejected.update(rep.rejected)
+    on_dead = {rid: e for rep in main.values() for rid, e in rep.ended_on_dead.items()}
+    for rid, (r, status) in on_dead.items():
+        if r not in main:  # a rank that reported counts its own
+            ends[rid] += 1
+            (finished if status == "FINISHED" else rejected).add(rid)
+    lost = sorted({rid for rep in main.values() for rid in rep.lost}, key=int)
+    ends.update(lost)
+    readmitted = {rid: v for rep in main.values() for rid, v in rep.readmitted.items()}
     unaccounted: list[str] = []
     elsewhere = 0
     for i in range(trace_len):
         rid = str(i)
-        if rid in accounted:
+        if ends[rid]:
             continue
         if first.assignment.get(rid) in elsewhere_ranks:
             elsewhere += 1
         else:
             unaccounted.append(rid)
-    healthy = not failures and not dead
+    duplicated = sorted((rid for rid, n in ends.items() if n > 1), key=int)
+    healthy = not faults and not dead
     decisions = {r: rep.decisions for r, rep in main.items()}
     agree = len({json.dumps(d) for d in decisions.values()}) == 1
     reasons = collections.Counter(reason for _, _, reason in first.decisions)
@@ -84,9 +95,11 @@ def merge_reports(
             row["status"] = "survivor, reports alone" if r in elsewhere_ranks else "dead"
         else:
             row.update(
-                status="fell back" if mine.failure else "ok",
+                status="survived" if mine.faults else "ok",
                 assigned=len(mine.assigned),
                 finished=len(mine.finished),
+                readmitted=sum(1 for _, to in mine.readmitted.values() if to == r),
+                kv_blocks=mine.kv_blocks,
                 ticks=mine.ticks,
                 wall_s=mine.wall_s,
                 collective_ms_per_tick=mine.collective_ms_per_tick,
@@ -94,16 +107,21 @@ def merge_reports(
             )
         ranks.append(row)
     failure = None
-    if failures:
-        f = failures[min(failures)]
+    if faults:
+        tick = min(f["tick"] for f in faults)
         failure = {
-            "tick": f["tick"],
+            "tick": tick,
             "dead_ranks": dead,
-            "detected_after_s": max(x["detected_after_s"] for x in failures.values()),
-            "liveness_s": max(x["liveness_s"] for x in failures.values()),
-            "finished_alone_s": max(x.get("finished_alone_s", 0.0) for x in failures.values()),
-            "lost_requests": sorted(lost, key=int),
-            "error": f["error"],
+            "agreements": max(len(rep.faults) for rep in main.values()),
+            "ticks_before": tick,
+            "ticks_after": first.ticks - tick,
+            "detected_after_s": max(f.get("detected_after_s", 0.0) for f in faults),
+            "recovery_s": max(f.get("recovery_s", 0.0) for f in faults),
+            "readmitted": len(readmitted),
+            "readmitted_finished": sum(1 for rid in readmitted if rid in finished),
+            "ended_on_dead": sum(1 for r, _ in on_dead.values() if r not in main),
+            "store_lost": any(f.get("store_lost") for f in faults),
+            "error": faults[0]["error"],
         }
     return {
         "dp": world_size,
@@ -114,7 +132,9 @@ def merge_reports(
         "finished": len(finished),
         "rejected": len(rejected),
         "lost": len(lost),
+        "readmitted": len(readmitted),
         "unaccounted": unaccounted,
+        "duplicated": duplicated,
         "held_by_unreporting_survivors": elsewhere,
         "healthy": healthy,
         "decisions_agree": agree,
@@ -148,12 +168,13 @@ def print_summary(s: dict[str, Any]) -> None:
     t.add_column("value")
     rows = [
         ("requests finished", f"{s['finished']} / {s['requests']}"),
+        ("  of which re-admitted after a rank died", s["readmitted"]),
         (
-            "rejected / lost / unaccounted",
-            f"{s['rejected']} / {s['lost']} / {len(s['unaccounted'])}",
+            "rejected / lost / unaccounted / ended twice",
+            f"{s['rejected']} / {s['lost']} / {len(s['unaccounted'])} / {len(s['duplicated'])}",
         ),
         ("ticks", s["ticks"]),
-        ("all ranks logged the same decisions", s["decisions_agree"]),
+        ("all reporting ranks logged the same decisions", s["decisions_agree"]),
         ("aligned decisions", s["reasons"]),
         ("coordinated run seconds", s["coordinated_wall_s"]),
         ("wall seconds (all phases, start-up included)", s["wall_s"]),
@@ -187,6 +208,9 @@ def print_summary(s: dict[str, Any]) -> None:
         ("status", lambda row: row.get("status")),
         ("requests assigned / finished", lambda row: f"{fmt(row.get('assigned'))} / "
          f"{fmt(row.get('finished'))}"),
+        ("  of which re-admitted here", lambda row: fmt(row.get("readmitted"))),
+        ("KV blocks free / total at the end", lambda row: " / ".join(
+            fmt(x) for x in row.get("kv_blocks") or [None, None])),
         ("prompt / output tokens", lambda row: f"{fmt(row.get('prompt_tokens'))} / "
          f"{fmt(row.get('output_tokens'))}"),
         ("prefill / decode-only passes", lambda row: f"{fmt(row.get('prefill_passes'))} / "
@@ -203,7 +227,10 @@ def print_summary(s: dict[str, Any]) -> None:
     if f:
         console.print(
             f"[bold red]rank(s) {f['dead_ranks']} died at tick {f['tick']}[/]: survivors noticed "
-            f"after {fmt(f['detected_after_s'])} s, agreed on the dead in "
-            f"{fmt(f['liveness_s'])} s, finished alone in {fmt(f['finished_alone_s'])} s; "
-            f"lost requests: {f['lost_requests']}"
+            f"after {fmt(f['detected_after_s'])} s, agreed and regrouped in "
+            f"{fmt(f['recovery_s'])} s ({f['agreements']} agreement(s)); ticks before / after "
+            f"the fault {f['ticks_before']} / {f['ticks_after']}, one aligned decision per tick "
+            f"over the survivors; {f['readmitted']} request(s) re-admitted "
+            f"({f['readmitted_finished']} finished), {f['ended_on_dead']} had ended on the "
+            f"dead rank(s)" + ("; the store died: requests lost" if f["store_lost"] else "")
         )
