@@ -41,7 +41,9 @@ class StepObservation:
     prefill_tokens: int
     """Owed chunks plus FCFS admissions (uncapped)."""
     decode_seqs: int
-    """Running requests scheduled for a decode this step."""
+    """Running requests scheduled for a decode this step; when nothing is admissible
+    (``prefill_tokens == 0`` without a walk) the running count, an upper bound: the
+    gate's verdict (EMPTY) does not depend on it then."""
     preempts: bool
     """The step is predicted to preempt (then vLLM admits nothing)."""
 
@@ -99,13 +101,20 @@ def observe(sched: Any) -> StepObservation:
 
     if sched._pause_state == PauseState.PAUSED_ALL:
         return StepObservation(0, 0, False)
+    running = sched.running
+    if not any(r.is_prefill_chunk for r in running):
+        room = sched.max_num_active_reqs - len(running) - sched.num_waiting_for_streaming_input
+        if room <= 0 or not (sched.waiting or sched.kv_holding_waiting):
+            # Nothing admissible: the gate fires EMPTY whatever decodes, so the
+            # walk is skipped and decode_seqs is the running count (an upper bound).
+            return StepObservation(0, len(running), False)
     budget = int(sched.max_num_scheduled_tokens)
     max_len = int(sched.max_model_len)
     thr = _threshold(sched)
     kv = _Kv(sched)
     step = sched.current_step + 1  # schedule() counts the step before walking
     sampled = sched.num_sampled_tokens_per_step
-    running = list(sched.running)
+    running = list(running)
     prefill = decodes = 0
     preempts = False
     i = 0

@@ -122,7 +122,7 @@ def test_firing_steps_observe_what_vllm_then_scheduled(run: Any) -> None:
         if s.gate.waiting_tokens != min(s.prefill_tokens, B)
     ]
     assert wrong == []
-    assert all(s.gate.observation.decode_seqs == s.decode_seqs for s in fired)
+    assert all(s.gate.observation.decode_seqs == s.decode_seqs for s in fired if s.prefill_tokens)
     preempting = sum(s.preempted > 0 for s in rep.steps)
     assert (preempting > 0) == case.expect_preemption
 
@@ -153,7 +153,11 @@ def test_every_request_ends_with_exactly_its_output_or_aborted(run: Any) -> None
 def _judge(steps: list[Step], cfg: GateConfig) -> dict[str, tuple[int, str]]:
     """The conformance kit's per-pass judge, fed the recorded decisions."""
     from densegate.testing import GateRun, Observation
-    from densegate.testing.conformance import _Driver
+
+    try:
+        from densegate.testing.driver import Driver
+    except ImportError:  # before the kit's driver got its own module
+        from densegate.testing.conformance import _Driver as Driver  # type: ignore[attr-defined,no-redef]
 
     obs = tuple(
         Observation(s.gate.waiting_tokens, s.gate.observation.decode_seqs, s.decode_seqs,
@@ -177,7 +181,7 @@ def _judge(steps: list[Step], cfg: GateConfig) -> dict[str, tuple[int, str]]:
             self.h = g.hold_passes
             return Decision(g.fire, g.reason)
 
-    return _Driver(Recorded).outcome(GateRun(cfg, obs)).first
+    return Driver(Recorded).outcome(GateRun(cfg, obs)).first
 
 
 def test_recorded_decisions_pass_the_conformance_judge(run: Any) -> None:
