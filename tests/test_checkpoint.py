@@ -245,3 +245,12 @@ def test_dtype_auto_is_the_checkpoints(good: Path, tmp_path: Path) -> None:
     assert read_config(bf16).dtype == "bfloat16"
     assert load_model(bf16).dtype == torch.bfloat16
     assert Engine(EngineConfig(model=bf16)).runner.model.dtype == torch.float32  # type: ignore[attr-defined]
+
+
+def test_null_optional_fields_take_transformers_defaults(copy: Path) -> None:
+    _edit_config(copy, num_key_value_heads=None, head_dim=None, rms_norm_eps=None)
+    c = read_config(copy).config
+    assert (c.n_kv_heads, c.head_dim, c.rms_eps) == (4, 8, 1e-6)
+    _edit_config(copy, vocab_size=None)
+    with pytest.raises(CheckpointError, match="vocab_size is null"):
+        read_config(copy)

@@ -59,10 +59,13 @@ class _Fields:
         return CheckpointError(f"{self.where}: {field} {why}")
 
     def get(self, field: str, default: Any = _MISSING) -> Any:
-        value = self.data.get(field, default)
-        if value is _MISSING:
-            raise self.fail(field, "is missing")
-        return value
+        """The field's value; an absent or null field takes ``default`` (none: an error)."""
+        value = self.data.get(field)
+        if value is not None:
+            return value
+        if default is not _MISSING:
+            return default
+        raise self.fail(field, "is null" if field in self.data else "is missing")
 
     def int(self, field: str, default: Any = _MISSING) -> int:
         value = self.get(field, default)

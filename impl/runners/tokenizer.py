@@ -51,8 +51,9 @@ class TextCodec:
 
     def encode_all(self, prompts: Sequence[object]) -> tuple[bool, Sequence[Any]]:
         """``(True, ids)`` when every prompt is text, else ``(False, prompts)`` untouched."""
-        if prompts and all(isinstance(p, str) for p in prompts):
-            return True, [self.encode(p) for p in prompts]  # type: ignore[arg-type]
+        texts = [p for p in prompts if isinstance(p, str)]
+        if texts and len(texts) == len(prompts):
+            return True, [self.encode(t) for t in texts]
         return False, prompts
 
     def decode(self, ids: Sequence[int]) -> str:
