@@ -49,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
         dump_trace(trace, args.dump_trace)
     summary = _run(engine, trace, args)
     summary["runner_kind"] = runner
+    summary["finish_reasons"] = _finish_reasons(engine)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -82,6 +83,29 @@ def _run(engine: Any, trace: Any, args: argparse.Namespace) -> dict[str, Any]:
         return timed_run(engine, trace, args.seed, tick)
 
 
+def _s6(s6: dict[str, Any]) -> str:
+    """The worst head window against its own bound, and how many windows were checked."""
+    w = s6["worst"]
+    if w is None:
+        return "-"
+    return (
+        f"{w['wait']} / {w['bound']} = {s6['worst_ratio']:.2f} ({s6['windows']} windows, "
+        f"{s6['violations']} over, {s6['disturbed']} preempted: not covered)"
+    )
+
+
+def _finish_reasons(engine: Any) -> dict[str, int]:
+    """Finished requests per reason ("stop" or "length")."""
+    from densegate.impl.sched.request import RequestStatus
+
+    out: dict[str, int] = {}
+    for m in engine.all_metrics():
+        r = engine.request(m.request_id)
+        if r.status is RequestStatus.FINISHED:
+            out[r.finish_reason] = out.get(r.finish_reason, 0) + 1
+    return out
+
+
 def _print(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -93,6 +117,8 @@ def _print(s: dict[str, Any]) -> None:
     t.add_column("value")
     rows = [
         ("requests finished", f"{s['finished']} / {s['requests']}"),
+        ("finish reasons (stop: EOS or stop id)",
+         ", ".join(f"{k} {v}" for k, v in sorted(s["finish_reasons"].items())) or "-"),
         ("passes", s["passes"]),
         ("prompt / output tokens", f"{s['prompt_tokens']} / {s['output_tokens']}"),
         ("output tokens per pass", s["output_tokens_per_pass"]),
@@ -104,8 +130,8 @@ def _print(s: dict[str, Any]) -> None:
             **{k: fmt(v) for k, v in s["tpot_passes"].items()})),
         ("TPOT ms p50 / p99", "{p50} / {p99}".format(
             **{k: fmt(v) for k, v in s["tpot_ms"].items()})),
-        ("head-of-queue TTFT max / proved bound (passes)",
-         f"{fmt(s['head_ttft_passes_max'])} / {s['head_ttft_bound_passes']}"),
+        ("head TTFT / its S6 bound, worst ratio (S6 proved for 3 requests; checked here)",
+         _s6(s["s6"])),
         ("dense_tokens / max_hold_passes", f"{s['dense_tokens']} / {s['max_hold_passes']}"),
         ("prefill passes (mean fill)", f"{s['prefill_passes']} ({fmt(s['mean_prefill_fill'])})"),
         ("decode-only passes", s["decode_only_passes"]),

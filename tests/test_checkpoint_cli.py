@@ -142,7 +142,7 @@ def test_workload_runs_on_a_checkpoint_within_its_positions(
     code, out, _ = _run(capsys, "--model", str(ckpt[0]), "--gen", "4", "--json")
     s = json.loads(out)
     assert code == 0 and s["finished"] == s["requests"] == 4
-    assert s["runner_kind"] == "torch"
+    assert s["runner_kind"] == "torch" and s["finish_reasons"] == {"length": 4}
 
 
 def test_engine_generate_takes_and_returns_text(ckpt: tuple[Path, Any, Any]) -> None:

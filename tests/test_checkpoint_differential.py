@@ -140,7 +140,8 @@ def test_eos_stops_as_transformers_does(tmp_path: Path) -> None:
     k = next(i for i in range(2, 12) if free_run[i] not in free_run[:i])
     eos = free_run[k]
     path = make_checkpoint(tmp_path / "eos", eos=eos, **kw)
-    want = hf_greedy(hf_float64(path), prompt, 12, stop=True)
+    hf = hf_float64(path)
+    want = hf_greedy(hf, prompt, 12, stop=True)
     assert want == free_run[: k + 1]
     engine = Engine(EngineConfig(model=str(path), **ENGINE))
     assert engine.eos_token_ids == {eos}
@@ -148,6 +149,14 @@ def test_eos_stops_as_transformers_does(tmp_path: Path) -> None:
     assert engine.request("0").finish_reason == "stop"
     assert engine.generate([prompt], 12, ignore_eos=True) == [free_run]
     assert engine.request("1").finish_reason == "length"
+    # Every prompt at once, through chunking and preemption: each stops where transformers does.
+    prompts = [*_prompts(96, 9), prompt]
+    limits = [*MAX_TOKENS, 12]
+    wants = [hf_greedy(hf, p, n, stop=True) for p, n in zip(prompts, limits, strict=True)]
+    assert engine.generate(prompts, limits) == wants
+    reasons = [engine.request(str(i)).finish_reason for i in range(2, 2 + len(prompts))]
+    assert reasons == ["stop" if w[-1] == eos else "length" for w in wants]
+    assert engine.scheduler.counters.preemptions > 0
 
 
 def _swap_gate_up(model: DecoderModel) -> None:
