@@ -71,6 +71,8 @@ def parse_faults(spec: str) -> tuple[Fault, ...]:
 
 def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
     faults = parse_faults(os.environ.get("DENSEGATE_DP_CRASH", ""))
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        faults = ()  # an injected fault is a one-time crash: torchrun's restart runs clean
     return DPConfig(
         engine_config(args, runner),
         router=getattr(args, "router", "round-robin"),

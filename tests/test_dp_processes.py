@@ -178,3 +178,20 @@ def test_a_hung_rank_times_out_and_the_launcher_kills_it() -> None:
     summary = result.summary()
     assert summary["finished"] == n and summary["unaccounted"] == []
     assert summary["lost"] == 0 and summary["duplicated"] == []
+
+
+def test_under_torchrun_a_dead_worker_stops_the_group_and_a_restart_reruns_it() -> None:
+    """torchrun's agent SIGTERMs every worker when one fails, so survivors cannot carry on
+    there; with --max-restarts the whole group runs again from the start (the injected
+    fault is one-time, so attempt 1 is clean) and finishes every request."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHELASTIC", "MASTER"))}
+    env["DENSEGATE_DP_CRASH"] = "1:5"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    argv += ["3", "--max-restarts", "1", "-m", "densegate.cli.dp", "--gen", "12", "--rate"]
+    argv += ["1.5", "--runner", "null", "--json", "--no-baselines", *SMALL]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"exitcode: {CRASH_EXIT_CODE}" in proc.stderr  # attempt 0: rank 1 died ...
+    assert "SIGTERM" in proc.stderr  # ... and the agent stopped the others
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["finished"] == 12 and summary["healthy"] and summary["failure"] is None

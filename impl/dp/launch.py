@@ -65,6 +65,9 @@ def rank_main(
 
     rdzv_timeout = datetime.timedelta(seconds=config.startup_timeout_s)
     store, rank, world = next(rendezvous("env://", timeout=rdzv_timeout))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if attempt:  # torchrun's agent store outlives a restart: keep each attempt's keys apart
+        store = dist.PrefixStore(f"densegate/attempt{attempt}", store)  # type: ignore[attr-defined]
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     engine = config.engine
     device = "cpu"

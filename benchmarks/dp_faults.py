@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Randomized fault injection on local gloo ranks: how fast survivors notice and recover.
+
+Runs the seeded schedules of tests/test_dp_fault_injection.py
+(``densegate.impl.dp.inject.random_schedule``: 3-4 rank processes, one or two
+killed at random ticks, before or inside the tick's collective) and prints,
+measured, not asserted: how many schedules ran, in how many every request
+ended exactly once, and the worst and median times a survivor took to notice a
+death (``detected_after_s``: from entering the failed collective to its
+error) and to agree on the survivors and regroup (``recovery_s``). A
+fault-free launch of the same workload, in the same run, gives the per-tick
+collective time the recovery is compared with. Run from the repository root:
+``python benchmarks/dp_faults.py`` (``--schedules N``, ``--quick`` for 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.inject import random_schedule
+from densegate.impl.dp.launch import launch
+from densegate.impl.engine import EngineConfig
+from densegate.impl.traces.workload import synthetic_trace
+
+ENGINE = EngineConfig(
+    max_num_seqs=8,
+    max_num_batched_tokens=256,
+    block_size=16,
+    num_blocks=160,
+    max_model_len=512,
+    max_hold_passes=6,
+)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--schedules", type=int, default=30)
+    p.add_argument("--quick", action="store_true", help="3 schedules")
+    p.add_argument("--seed", type=int, default=0, help="first schedule's seed")
+    p.add_argument("--gen", type=int, default=24, help="requests per run")
+    p.add_argument("--timeout", type=float, default=3.0, help="--dp-timeout, seconds")
+    args = p.parse_args()
+    count = 3 if args.quick else args.schedules
+    detect: list[float] = []
+    recover: list[float] = []
+    clean = killed = agreements = readmitted = 0
+    t0 = time.perf_counter()
+    for seed in range(args.seed, args.seed + count):
+        world, router, faults = random_schedule(seed)
+        trace = synthetic_trace(
+            args.gen, seed, rate=1.0, prompt_median=48, output_median=12, max_model_len=512
+        )
+        config = DPConfig(
+            ENGINE, router=router, timeout_s=args.timeout, baselines=False, faults=faults
+        )
+        s = launch(trace, config, world).summary()
+        ok = (
+            "error" not in s
+            and s["finished"] + s["rejected"] == args.gen
+            and not (s["unaccounted"] or s["duplicated"] or s["lost"])
+            and s["decisions_agree"]
+        )
+        clean += ok
+        f = s.get("failure") or {}
+        if f:
+            killed += len(f["dead_ranks"])
+            agreements += f["agreements"]
+            readmitted += f["readmitted"]
+            detect.append(f["detected_after_s"])
+            recover.append(f["recovery_s"])
+        print(
+            f"seed {seed}: {world} ranks, {router}, faults {[tuple(x) for x in faults]}: "
+            f"{'every request ended once' if ok else 'FAILED'}"
+            + (
+                f", dead {f['dead_ranks']}, re-admitted {f['readmitted']}"
+                if f
+                else ", no fault hit"
+            )
+        )
+    wall = time.perf_counter() - t0
+    trace = synthetic_trace(
+        args.gen, 0, rate=1.0, prompt_median=48, output_median=12, max_model_len=512
+    )
+    healthy = launch(trace, DPConfig(ENGINE, timeout_s=args.timeout, baselines=False), 3)
+    tick_ms = statistics.median(
+        rep.collective_ms_per_tick for rep in healthy.phase("coordinated").values()
+    )
+    print()
+    print(f"schedules run                         {count} ({wall:.0f} s)")
+    print(f"schedules where every request ended once  {clean} / {count}")
+    print(f"ranks killed / agreements / re-admitted   {killed} / {agreements} / {readmitted}")
+    if detect:
+        print(
+            f"detection s, worst / median               {max(detect):.3f} / "
+            f"{statistics.median(detect):.3f}   (--dp-timeout {args.timeout})"
+        )
+        print(
+            f"recovery s, worst / median                {max(recover):.3f} / "
+            f"{statistics.median(recover):.3f}"
+        )
+        print(
+            f"healthy collective ms per tick (3 ranks)  {tick_ms:.2f}; worst recovery = "
+            f"{1e3 * max(recover) / tick_ms:.0f} healthy ticks"
+        )
+    return 0 if clean == count else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
