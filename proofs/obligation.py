@@ -77,4 +77,10 @@ class Obligation:
     readable: Callable[[Vars], z3.BoolRef] | None = None
     """Extra constraints tried first when searching a trace, for small numbers."""
     scope: str | None = None
-    """What is fixed beyond the parameters (e.g. the number of request slots)."""
+    """What is fixed beyond the parameters (e.g. the number of request slots); an
+    obligation with a scope is reported as not parametric."""
+    lemmas: Sequence[Callable[[], z3.BoolRef]] = ()
+    """Closed arithmetic facts the statement relies on, each proved valid alongside."""
+    triggers: Sequence[Prop] | None = None
+    """Conditions that make the property bite (each must be reachable in the premise).
+    ``None``: the antecedents of the property's top-level implications."""

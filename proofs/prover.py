@@ -8,8 +8,12 @@ bound reported. Broken variants of the machine are refuted by bounded model
 checking from the initial state, which yields a trace a person can read.
 
 Only ``unsat`` proves anything: ``unknown`` (resource limit included) is a
-failure that says why. Limits are z3 rlimits, never wall-clock timeouts, so a
-run is repeatable on any machine.
+failure that says why. A proof from an unsatisfiable premise proves nothing, so
+every obligation also checks that its premise (parameters, observation,
+invariant, transition) and each of its triggers are satisfiable (else it is
+``vacuous``), and that exactly one command is enabled in every premise state.
+Limits are z3 rlimits, never wall-clock timeouts, so a run is repeatable on
+any machine.
 """
 
 from __future__ import annotations
@@ -138,8 +142,89 @@ def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
         consecution,
     ]
     premise = [*base, inv_s, trans] if ob.needs_step else [*base, inv_s]
+    if ob.needs_step and consecution.status == "unsat":
+        # Sound once consecution is proved, and it spares re-deriving the
+        # invariant's facts about the next state.
+        premise.append(ob.invariant(p, nxt))
     checks.append(_check("property", premise, ob.prop(st)))
     return checks
+
+
+# -- non-vacuity and totality -----------------------------------------------------------
+
+
+def _antecedents(term: z3.BoolRef) -> list[z3.BoolRef]:
+    """The conditions of a property's top-level implications (through conjunctions)."""
+    if z3.is_and(term):
+        return [a for kid in term.children() for a in _antecedents(kid)]
+    if z3.is_app_of(term, z3.Z3_OP_IMPLIES):
+        return [term.arg(0)]
+    return []
+
+
+def _satisfiable(name: str, constraints: Sequence[z3.BoolRef]) -> CheckResult:
+    """A check that passes on ``sat``: the constraints have a model."""
+    t0 = time.perf_counter()
+    s = _solver()
+    s.add(*constraints)
+    r = s.check()
+    dt = time.perf_counter() - t0
+    if r == z3.sat:
+        return CheckResult(name, "sat", dt)
+    if r == z3.unsat:
+        return CheckResult(name, "unsat", dt, "unsatisfiable: everything would follow vacuously")
+    return CheckResult(name, "unknown", dt, s.reason_unknown())
+
+
+_SANITY: dict[tuple[Any, ...], tuple[Machine, CheckResult]] = {}
+"""Premise and totality results shared by obligations with the same machine and invariant."""
+
+
+def _cached(key: tuple[Any, ...], machine: Machine, run: Callable[[], CheckResult]) -> CheckResult:
+    hit = _SANITY.get(key)
+    if hit is not None and hit[0] is machine and hit[1].status != "unknown":
+        return CheckResult(hit[1].name, hit[1].status, 0.0, hit[1].reason or "shared")
+    r = run()
+    _SANITY[key] = (machine, r)
+    return r
+
+
+def _sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
+    """Premise satisfiable, each trigger reachable in it, exactly one command enabled."""
+    u = _Unroller(machine, ob.monitors)
+    p = machine.params()
+    f = u.frame("0")
+    nxt = u.state("1")
+    st, trans = u.step(p, f, nxt)
+    base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs), ob.invariant(p, f.state)]
+    premise = [*base, trans] if ob.needs_step else base
+    mons = tuple(id(m) for m in ob.monitors)
+    key: tuple[Any, ...] = ("premise", id(machine), id(ob.invariant), mons, ob.needs_step)
+    checks = [_cached(key, machine, lambda: _satisfiable("premise", premise))]
+    triggers = (
+        [t(st) for t in ob.triggers] if ob.triggers is not None else _antecedents(ob.prop(st))
+    )
+    for i, t in enumerate(triggers):
+        r = _satisfiable(f"trigger {i + 1}", [*premise, t])
+        cond = " ".join(str(t).split())
+        cond = cond if len(cond) <= 200 else cond[:197] + "..."
+        r.reason = f"{cond}; {r.reason}" if r.reason else cond
+        checks.append(r)
+    one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1
+    key = ("total", id(machine), id(ob.invariant), mons)
+    checks.append(_cached(key, machine, lambda: _check("exactly one command", base, one)))
+    return checks
+
+
+def _sanity_status(checks: Sequence[CheckResult]) -> str:
+    """``vacuous`` when a premise or trigger is unsatisfiable; totality fails on ``sat``."""
+    for c in checks:
+        if c.name == "exactly one command":
+            if c.status == "sat":
+                return "failed"
+        elif c.status == "unsat":
+            return "vacuous"
+    return "unknown" if any(c.status == "unknown" for c in checks) else "proved"
 
 
 def find_trace(ob: Obligation, machine: Machine, depth: int) -> tuple[str, Trace | None, str]:
@@ -261,6 +346,7 @@ def prove(ob: Obligation) -> ObligationResult:
     trace = None
     if ob.bound is None:
         checks = _induction_checks(ob, ob.machine)
+        checks += [_check(f"lemma {i + 1}", [], lem()) for i, lem in enumerate(ob.lemmas)]
         status = _status(checks)
     else:
         t1 = time.perf_counter()
@@ -270,6 +356,10 @@ def prove(ob: Obligation) -> ObligationResult:
         status = _status(checks)
     if status == "failed" and trace is None:
         _, trace, _ = find_trace(ob, ob.machine, ob.trace_depth)
+    sanity = _sanity_checks(ob, ob.machine)
+    verdict = _sanity_status(sanity)
+    if status == "proved" and verdict != "proved":
+        status = verdict
     seconds = time.perf_counter() - t0
     mutants = [_refute(ob, m) for m in ob.mutants]
     bound = None if ob.bound is None else (ob.bound_note or f"depth {ob.bound}")
@@ -279,10 +369,11 @@ def prove(ob: Obligation) -> ObligationResult:
         ob.statement,
         status,
         seconds,
-        parametric=ob.bound is None,
+        parametric=ob.bound is None and ob.scope is None,
         bound=bound,
         scope=ob.scope,
         checks=checks,
         mutants=mutants,
         trace=trace,
+        sanity=sanity,
     )

@@ -15,8 +15,8 @@ _STYLE = {"proved": "green", "refuted": "green", "failed": "red", "survived": "r
 
 
 def _scope(r: ObligationResult) -> str:
-    base = "all parameters" if r.parametric else f"bounded: {r.bound}"
-    return f"{base}; {r.scope}" if r.scope else base
+    base = "all parameters" if r.bound is None else f"bounded: {r.bound}"
+    return f"{base}; fixed: {r.scope}" if r.scope else base
 
 
 def _mutant_json(m: MutantResult) -> dict[str, Any]:
@@ -29,6 +29,41 @@ def _mutant_json(m: MutantResult) -> dict[str, Any]:
         "trace": m.trace.rows if m.trace else [],
         "reason": m.reason,
     }
+
+
+def _sanity_json(r: ObligationResult) -> dict[str, Any]:
+    """Non-vacuity and totality as JSON: None where the check was not run."""
+    by = {c.name: c for c in r.sanity}
+    triggers = [c for c in r.sanity if c.name.startswith("trigger")]
+    total = by.get("exactly one command")
+    premise = by.get("premise")
+    return {
+        "premise_satisfiable": None if premise is None else premise.status == "sat",
+        "triggers": [
+            {"condition": c.reason, "reachable": c.status == "sat", "status": c.status}
+            for c in triggers
+        ],
+        "exactly_one_command": None if total is None else total.status == "unsat",
+        "sanity_checks": [
+            {"name": c.name, "status": c.status, "reason": c.reason} for c in r.sanity
+        ],
+    }
+
+
+def _sanity_cell(r: ObligationResult) -> str:
+    """One table cell: premise sat, triggers reachable, exactly one command."""
+    s = _sanity_json(r)
+    if s["premise_satisfiable"] is None:
+        return "-"
+    trig = s["triggers"]
+    parts = [
+        "premise sat" if s["premise_satisfiable"] else "[red]premise UNSAT[/]",
+        f"{sum(t['reachable'] for t in trig)}/{len(trig)} triggers" if trig else "unconditional",
+        "1 cmd" if s["exactly_one_command"] else "[red]not 1 cmd[/]",
+    ]
+    if trig and not all(t["reachable"] for t in trig):
+        parts[1] = f"[red]{parts[1]}[/]"
+    return ", ".join(parts)
 
 
 def to_json(results: list[ObligationResult], seconds: float) -> dict[str, Any]:
@@ -50,6 +85,7 @@ def to_json(results: list[ObligationResult], seconds: float) -> dict[str, Any]:
                     {"params": r.trace.params, "trace": r.trace.rows} if r.trace else None
                 ),
                 "mutants": [_mutant_json(m) for m in r.mutants],
+                **_sanity_json(r),
             }
             for r in results
         ],
@@ -99,7 +135,7 @@ def print_report(
     results: list[ObligationResult], seconds: float, console: Console, traces: bool
 ) -> None:
     table = Table(title="densegate prove", title_justify="left")
-    for col in ("id", "level", "statement", "result", "seconds", "scope", "mutants"):
+    for col in ("id", "level", "statement", "result", "seconds", "scope", "mutants", "non-vacuity"):
         table.add_column(col, overflow="fold")
     for r in results:
         refuted = sum(m.status == "refuted" for m in r.mutants)
@@ -113,11 +149,16 @@ def print_report(
             f"{r.seconds:.3f}",
             _scope(r),
             f"[{mstyle}]{refuted}/{len(r.mutants)} refuted[/]",
+            _sanity_cell(r),
         )
     console.print(table)
     for r in results:
         for c in r.checks:
             if c.status != "unsat":
+                console.print(f"[red]{r.id} {c.name}: {c.status}[/] {c.reason}")
+        for c in r.sanity:
+            bad = c.status != ("unsat" if c.name == "exactly one command" else "sat")
+            if bad:
                 console.print(f"[red]{r.id} {c.name}: {c.status}[/] {c.reason}")
         if r.trace is not None:
             console.print(f"[red]{r.id} counterexample[/]: {r.statement}")

@@ -45,7 +45,7 @@ class ObligationResult:
     id: str
     level: str
     statement: str
-    status: str  # proved | failed | unknown
+    status: str  # proved | failed | unknown | vacuous
     seconds: float
     parametric: bool
     bound: str | None
@@ -53,6 +53,9 @@ class ObligationResult:
     checks: list[CheckResult] = field(default_factory=list)
     mutants: list[MutantResult] = field(default_factory=list)
     trace: Trace | None = None
+    sanity: list[CheckResult] = field(default_factory=list)
+    """Non-vacuity and totality: the premise and every trigger satisfiable (``sat``),
+    exactly one command enabled in every premise state (``unsat`` of its negation)."""
 
     @property
     def ok(self) -> bool:

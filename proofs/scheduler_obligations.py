@@ -1,22 +1,22 @@
-"""Scheduler-level obligations S1-S5 over ``densegate.spec.scheduler``.
+"""Scheduler-level obligations S1-S6 over ``densegate.spec.scheduler``.
 
 Each is proved by induction for every value of the parameters (pass budget,
 sequence slots, KV blocks, max length, chunk cap, the gate's B/K/enabled) and
 of every request's prompt and output length, for a fixed number of request
-slots and block size (below). One invariant, shared by all five, describes
-every reachable state; it is proved inductive once.
-
-S4 and S5 are the lemmas behind the time-to-first-token bound documented in
-the README: a head of the queue that fits is admitted within K passes, and
-pending prefill work is run within K passes and makes progress when it runs.
+slots and block size (the scope says which). S1-S5 share one invariant,
+describing every reachable state, proved inductive once; S6 (time to first
+token, ``densegate.proofs.scheduler_ttft``) adds its window monitors to it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import z3
 
 from densegate.proofs.prover import Monitor, Obligation, Step
 from densegate.proofs.scheduler_mutants import scheduler_mutants
+from densegate.proofs.scheduler_ttft import closed_form, ttft_invariant, ttft_monitors, ttft_prop
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import (
     NOT_ARRIVED,
@@ -25,56 +25,75 @@ from densegate.spec.scheduler import (
     SchedulerMachine,
 )
 
-__all__ = ["BLOCK_SIZE", "SCHEDULER", "SCHEDULER_OBLIGATIONS", "SLOTS", "invariant"]
+__all__ = [
+    "BLOCK_SIZE",
+    "SCHEDULER",
+    "SCHEDULER_OBLIGATIONS",
+    "SLOTS",
+    "TTFT_SCHEDULER",
+    "TTFT_SLOTS",
+    "invariant",
+]
 
 SLOTS = 4
+TTFT_SLOTS = 3
+"""S6 carries nine window monitors; at 4 slots its consecution query costs minutes."""
 BLOCK_SIZE = 2
 SCHEDULER = SchedulerMachine(SLOTS, BLOCK_SIZE)
+TTFT_SCHEDULER = SchedulerMachine(TTFT_SLOTS, BLOCK_SIZE)
 _MUTANTS = scheduler_mutants(SLOTS, BLOCK_SIZE)
+_TTFT_MUTANTS = scheduler_mutants(TTFT_SLOTS, BLOCK_SIZE)
 _SCOPE = f"{SLOTS} requests, block size {BLOCK_SIZE}"
+_TTFT_SCOPE = f"{TTFT_SLOTS} requests (any one tracked), block size {BLOCK_SIZE}"
 
 
-def invariant(p: Vars, s: Vars) -> z3.BoolRef:
-    """Every reachable state: blocks conserved, requests well-formed, arrival order."""
-    m = SCHEDULER
-    st, c, g, b = (m.slot(s, k) for k in ("st", "c", "g", "b"))
-    P, M = m.slot(p, "P"), m.slot(p, "M")
-    bs = m.bs
-    running = z3.Sum([z3.If(x == RUNNING, 1, 0) for x in st])
-    cons = [
-        s["free"] >= 0,
-        s["free"] + z3.Sum(b) == p["N"],
-        s["h"] >= 0,
-        s["h"] < p["K"],
-        running <= p["S"],
-    ]
-    for i in range(m.R):
-        decoding = z3.And(g[i] >= 1, c[i] == P[i] + g[i] - 1)
-        cons += [
-            st[i] >= NOT_ARRIVED,
-            st[i] <= 4,
-            b[i] >= 0,
-            c[i] >= 0,
-            g[i] >= 0,
-            g[i] <= M[i],
-            z3.Implies(st[i] != RUNNING, b[i] == 0),
-            z3.Implies(
-                st[i] == RUNNING,
-                z3.And(
-                    b[i] >= 1,
-                    b[i] * bs >= P[i] + g[i] - 1,
-                    z3.Or(decoding, b[i] * bs >= P[i] + g[i]),
-                    c[i] < P[i] + g[i],
-                    g[i] < M[i],
-                ),
-            ),
-            z3.Implies(st[i] == WAITING, z3.And(c[i] == 0, g[i] < M[i])),
-            z3.Implies(st[i] == NOT_ARRIVED, z3.And(c[i] == 0, g[i] == 0)),
+def invariant_of(m: SchedulerMachine) -> Callable[[Vars, Vars], z3.BoolRef]:
+    """Every reachable state of ``m``: blocks conserved, requests well-formed, arrival order."""
+
+    def inv(p: Vars, s: Vars) -> z3.BoolRef:
+        st, c, g, b = (m.slot(s, k) for k in ("st", "c", "g", "b"))
+        P, M = m.slot(p, "P"), m.slot(p, "M")
+        bs = m.bs
+        running = z3.Sum([z3.If(x == RUNNING, 1, 0) for x in st])
+        cons = [
+            s["free"] >= 0,
+            s["free"] + z3.Sum(b) == p["N"],
+            s["h"] >= 0,
+            s["h"] < p["K"],
+            running <= p["S"],
         ]
-        if i > 0:
-            cons.append(z3.Implies(st[i] != NOT_ARRIVED, st[i - 1] != NOT_ARRIVED))
-        cons += [z3.Implies(st[i] == WAITING, st[j] != RUNNING) for j in range(i + 1, m.R)]
-    return z3.And(*cons)
+        for i in range(m.R):
+            decoding = z3.And(g[i] >= 1, c[i] == P[i] + g[i] - 1)
+            cons += [
+                st[i] >= NOT_ARRIVED,
+                st[i] <= 4,
+                b[i] >= 0,
+                c[i] >= 0,
+                g[i] >= 0,
+                g[i] <= M[i],
+                z3.Implies(st[i] != RUNNING, b[i] == 0),
+                z3.Implies(
+                    st[i] == RUNNING,
+                    z3.And(
+                        b[i] >= 1,
+                        b[i] * bs >= P[i] + g[i] - 1,
+                        z3.Or(decoding, b[i] * bs >= P[i] + g[i]),
+                        c[i] < P[i] + g[i],
+                        g[i] < M[i],
+                    ),
+                ),
+                z3.Implies(st[i] == WAITING, z3.And(c[i] == 0, g[i] < M[i])),
+                z3.Implies(st[i] == NOT_ARRIVED, z3.And(c[i] == 0, g[i] == 0)),
+            ]
+            if i > 0:
+                cons.append(z3.Implies(st[i] != NOT_ARRIVED, st[i - 1] != NOT_ARRIVED))
+            cons += [z3.Implies(st[i] == WAITING, st[j] != RUNNING) for j in range(i + 1, m.R)]
+        return z3.And(*cons)
+
+    return inv
+
+
+invariant = invariant_of(SCHEDULER)
 
 
 def _readable(p: Vars) -> z3.BoolRef:
@@ -91,7 +110,7 @@ def _no_idle(st: Step) -> z3.BoolRef:
 
 
 def _conserved(st: Step) -> z3.BoolRef:
-    b = [st.s2[f"b{i}"] for i in range(SLOTS)]
+    b = [st.s2[f"b{i}"] for i in range(st.machine.R)]  # type: ignore[attr-defined]
     return z3.And(st.s2["free"] >= 0, st.s2["free"] + z3.Sum(b) == st.p["N"])
 
 
@@ -145,8 +164,8 @@ def _monitored(p: Vars, s: Vars) -> z3.BoolRef:
     return z3.And(invariant(p, s), *ages)
 
 
-def _ob(id: str, statement: str, prop, mutants) -> Obligation:  # type: ignore[no-untyped-def]
-    # All five share one invariant and both monitors, so its consecution (the
+def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ignore[no-untyped-def]
+    # S1-S5 share one invariant and both monitors, so its consecution (the
     # costly query) is proved once per run.
     return Obligation(
         id=id,
@@ -160,7 +179,20 @@ def _ob(id: str, statement: str, prop, mutants) -> Obligation:  # type: ignore[n
         readable=_readable,
         trace_depth=8,
         scope=_SCOPE,
+        **kw,
     )
+
+
+_ttft_window = ttft_invariant(TTFT_SCHEDULER)
+_ttft_base = invariant_of(TTFT_SCHEDULER)
+
+
+def _ttft_inv(p: Vars, s: Vars) -> z3.BoolRef:
+    return z3.And(_ttft_base(p, s), _ttft_window(p, s))
+
+
+def _fitting_head_held(st: Step) -> z3.BoolRef:
+    return z3.And(_plan(st).head_fits, z3.Not(st.out["fire"]))
 
 
 SCHEDULER_OBLIGATIONS: list[Obligation] = [
@@ -184,9 +216,12 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "S4",
-        "bounded head wait: a head of the queue that fits is admitted within K passes",
+        "fitting head admitted: a head of the queue that fits in K consecutive passes is "
+        "admitted by the last of them (the count restarts when it stops fitting; S6 bounds "
+        "the whole wait)",
         _head_admitted,
         ["serialized_chunks", "gate_budget_off_by_one"],
+        triggers=[_fitting_head_held],
     ),
     _ob(
         "S5",
@@ -194,5 +229,23 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         ">= min(owed, cap, T-S+1) owed chunk tokens",
         _progress,
         ["partial_waits_for_full_chunk", "gate_hold_not_counted"],
+    ),
+    Obligation(
+        id="S6",
+        level="scheduler",
+        statement="time to first token: from the pass a request becomes head of the queue "
+        "to its first token, with no preemption or abort in between, at most "
+        "K*F + D + 1 passes, where the F prefill fires satisfy c*F < O + P + 2c, "
+        "so F <= ceil((O+P)/c) + 1 (O: prefill owed by running requests and D: their "
+        "longest remaining output, both at headship; P: its prompt; c = min(cap, T-S+1))",
+        machine=TTFT_SCHEDULER,
+        prop=ttft_prop,
+        invariant=_ttft_inv,
+        mutants=[_TTFT_MUTANTS[m] for m in ("gate_hold_not_counted", "gate_budget_off_by_one")],
+        monitors=ttft_monitors(TTFT_SLOTS),
+        lemmas=[closed_form],
+        readable=_readable,
+        trace_depth=10,
+        scope=_TTFT_SCOPE,
     ),
 ]

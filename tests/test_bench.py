@@ -131,7 +131,7 @@ def test_table_has_every_row_and_policy_column(small: BenchResult) -> None:
         assert (f"| {label} |" in text) is not needs_time, label
     for name in WORKLOADS:
         assert f"### {name}:" in text
-    assert "densegate head-of-queue TTFT max within the proved bound" in text
+    assert "densegate: every undisturbed head wait within its S6 bound" in text
 
 
 def test_torch_runner_adds_the_wall_clock_rows() -> None:

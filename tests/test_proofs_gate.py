@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+import z3
 
 import densegate.proofs.prover as prover
 from densegate.cli.main import main
@@ -13,7 +14,7 @@ from densegate.impl import GateConfig, GateInput, PrefillGate
 from densegate.proofs.gate_mutants import GATE_MUTANTS
 from densegate.proofs.gate_obligations import GATE_OBLIGATIONS
 from densegate.proofs.prover import Mutant, ObligationResult, prove
-from densegate.spec.gate import GATE
+from densegate.spec.gate import GATE, GateMachine
 from densegate.spec.machine import evaluate
 
 
@@ -119,6 +120,8 @@ def test_cli_json_is_one_object(capsys: pytest.CaptureFixture[str]) -> None:
         assert o["level"] == "gate" and o["status"] == "proved"
         assert o["parametric"] is True and o["bound"] is None
         assert isinstance(o["seconds"], float)
+        assert o["premise_satisfiable"] is True and o["exactly_one_command"] is True
+        assert all(t["reachable"] for t in o["triggers"]), o["id"]
         for m in o["mutants"]:
             assert m["status"] == "refuted" and m["trace"]
             assert {"w", "d", "h", "fire", "reason"} <= set(m["trace"][0])
@@ -135,3 +138,41 @@ def test_cli_exits_nonzero_when_something_is_not_proved(
 def test_cli_rejects_unknown_ids() -> None:
     with pytest.raises(SystemExit, match="P9"):
         main(["prove", "--only", "P9"])
+
+
+def test_every_premise_and_trigger_is_satisfiable_and_one_command_enabled(
+    results: dict[str, ObligationResult],
+) -> None:
+    for r in results.values():
+        by = {c.name: c.status for c in r.sanity}
+        assert by.pop("premise") == "sat" and by.pop("exactly one command") == "unsat", r.id
+        assert set(by.values()) <= {"sat"}, (r.id, by)
+    # P2's trigger is the antecedent of its implication, w > 0 and d = 0
+    p2 = [c.reason for c in results["P2"].sanity if c.name.startswith("trigger")]
+    assert p2 == ["And(w@0 > 0, d@0 == 0)"]
+
+
+class _Contradictory(GateMachine):
+    """A planted contradictory assumption: the parameters demand B < 1 besides B >= 1."""
+
+    def param_ok(self, p):  # type: ignore[no-untyped-def]
+        return z3.And(super().param_ok(p), p["B"] < 1)
+
+
+def test_contradictory_assumption_is_rejected_as_vacuous() -> None:
+    p4 = next(o for o in GATE_OBLIGATIONS if o.id == "P4")
+    r = prove(dataclasses.replace(p4, machine=_Contradictory(), mutants=[]))
+    assert [c.status for c in r.checks] == ["unsat"] * 3  # induction alone would say proved
+    assert r.status == "vacuous" and not r.ok
+    assert next(c for c in r.sanity if c.name == "premise").status == "unsat"
+
+
+def test_unreachable_trigger_is_rejected_as_vacuous() -> None:
+    p4 = next(o for o in GATE_OBLIGATIONS if o.id == "P4")
+
+    def never_fires_on_negative_d(st):  # type: ignore[no-untyped-def]
+        return z3.Implies(z3.And(st.o["w"] >= st.p["B"], st.o["d"] < 0), z3.Not(st.out["fire"]))
+
+    r = prove(dataclasses.replace(p4, prop=never_fires_on_negative_d, mutants=[]))
+    assert r.checks[-1].status == "unsat"  # holds, but only because d < 0 never happens
+    assert r.status == "vacuous" and not r.ok

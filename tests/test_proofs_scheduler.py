@@ -1,4 +1,5 @@
-"""Scheduler-level proofs: S1-S5 proved for all parameters; each mutant refuted by a real run."""
+"""Scheduler-level proofs: S1-S6 proved for all parameters at their fixed slot counts;
+premises and triggers satisfiable, one command per state; each mutant refuted by a real run."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from densegate.proofs.prover import ObligationResult, prove
 from densegate.proofs.scheduler_obligations import (
     BLOCK_SIZE,
-    SCHEDULER,
     SCHEDULER_OBLIGATIONS,
+    SLOTS,
+    TTFT_SLOTS,
 )
 from densegate.spec.machine import Machine, evaluate
 from tests.scheduler_lockstep import replay
@@ -21,12 +23,29 @@ def results() -> dict[str, ObligationResult]:
     return {ob.id: prove(ob) for ob in SCHEDULER_OBLIGATIONS}
 
 
-def test_s1_to_s5_proved_for_all_parameters(results: dict[str, ObligationResult]) -> None:
-    assert sorted(results) == [f"S{i}" for i in range(1, 6)]
+def test_s1_to_s6_proved_for_all_parameters_at_a_stated_slot_count(
+    results: dict[str, ObligationResult],
+) -> None:
+    assert sorted(results) == [f"S{i}" for i in range(1, 7)]
     for r in results.values():
-        assert r.status == "proved", (r.id, r.checks)
-        assert r.parametric and r.bound is None and r.scope
+        assert r.status == "proved", (r.id, r.checks, r.sanity)
         assert {c.status for c in r.checks} == {"unsat"}
+        # the slot count is fixed, so the result must not claim to be parametric
+        assert r.bound is None and not r.parametric
+        slots = TTFT_SLOTS if r.id == "S6" else SLOTS
+        assert r.scope is not None and r.scope.startswith(f"{slots} requests"), r.scope
+        assert f"block size {BLOCK_SIZE}" in r.scope
+
+
+def test_premises_and_triggers_satisfiable_and_one_command_enabled(
+    results: dict[str, ObligationResult],
+) -> None:
+    for r in results.values():
+        by = {c.name: c.status for c in r.sanity}
+        assert by.pop("premise") == "sat", r.id
+        assert by.pop("exactly one command") == "unsat", r.id
+        assert set(by.values()) == ({"sat"} if r.id != "S2" else set()), (r.id, by)
+    assert any(c.name == "lemma 1" and c.status == "unsat" for c in results["S6"].checks)
 
 
 def test_every_scheduler_mutant_refuted_with_a_trace(results: dict[str, ObligationResult]) -> None:
@@ -41,23 +60,25 @@ def _obs(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k.startswith(("arrive", "abort"))}
 
 
-def _state(row: dict[str, Any]) -> dict[str, Any]:
-    keys = [k for k in SCHEDULER.state_sorts]
-    return {k: row[k] for k in keys}
+def _ob(ob_id: str):  # type: ignore[no-untyped-def]
+    return next(o for o in SCHEDULER_OBLIGATIONS if o.id == ob_id)
+
+
+def _state(row: dict[str, Any], ob_id: str) -> dict[str, Any]:
+    return {k: row[k] for k in _ob(ob_id).machine.state_sorts}
 
 
 def _machine(ob_id: str, name: str) -> Machine:
-    ob = next(o for o in SCHEDULER_OBLIGATIONS if o.id == ob_id)
-    return next(m.machine for m in ob.mutants if m.name == name)
+    return next(m.machine for m in _ob(ob_id).mutants if m.name == name)
 
 
 def test_mutant_traces_are_runs_of_the_mutant(results: dict[str, ObligationResult]) -> None:
     for r in results.values():
         for m in r.mutants:
             machine = _machine(r.id, m.name)
-            state = _state(m.trace.rows[0])
+            state = _state(m.trace.rows[0], r.id)
             for row in m.trace.rows:
-                assert _state(row) == state, "trace is not a run from the initial state"
+                assert _state(row, r.id) == state, "trace is not a run from the initial state"
                 if row.get("fire") is None:
                     break
                 _, out, nxt = evaluate(machine, m.trace.params, state, _obs(row))
@@ -76,10 +97,11 @@ def test_implementation_agrees_with_spec_and_not_with_mutants(
             if not rows:
                 continue
             impl = replay(m.trace.params, BLOCK_SIZE, rows)
-            state = _state(rows[0])
+            spec = _ob(r.id).machine
+            state = _state(rows[0], r.id)
             differs = False
             for row, got in zip(rows, impl, strict=True):
-                _, out, nxt = evaluate(SCHEDULER, m.trace.params, state, _obs(row))
+                _, out, nxt = evaluate(spec, m.trace.params, state, _obs(row))
                 for key in ("fire", "reason", "prefill_tokens", "decode_seqs", "preempted"):
                     assert got[key] == out[key], (r.id, m.name, key)
                 assert all(got[f"next_{k}"] == v for k, v in nxt.items()), (r.id, m.name)

@@ -21,21 +21,49 @@ from densegate.impl.sched.request import RequestStatus
 from densegate.impl.sched.scheduler import PassRecord, SchedulerConfig
 from densegate.impl.traces.workload import TraceRequest
 
-__all__ = ["PassStats", "run_trace", "summarize", "ttft_bound_passes"]
+__all__ = ["HeadWindow", "PassStats", "run_trace", "s6_figures", "summarize", "ttft_bound_passes"]
 
 
-def ttft_bound_passes(cfg: SchedulerConfig, max_len: int, max_output: int) -> int:
-    """Passes from becoming head of the queue to the first token, at most.
+def ttft_bound_passes(cfg: SchedulerConfig, owed: int, prompt: int, longest: int) -> int:
+    """S6's bound on the passes from becoming head of the queue to the first token.
 
-    ``2 K ceil(S L / c) + M + 1`` with ``c = min(cap, T - S + 1)``: from the
-    proved lemmas S4 (a head that fits is admitted within K passes) and S5
-    (owed prefill runs within K passes and advances by at least ``c`` tokens or
-    finishes), and decodes running every pass. The README gives the argument.
-    It holds for a request that is not preempted or displaced in between.
+    ``K (ceil((owed + prompt) / c) + 1) + longest + 1`` with ``c = min(cap, T - S
+    + 1)``, ``owed`` the prefill tokens running requests still owe and
+    ``longest`` their longest remaining output, both when the request became
+    head. ``densegate prove`` proves it (obligation S6, for the scope it
+    prints) for a window with no preemption and no abort; ``arrivals`` behind
+    the request are allowed.
     """
     s, t, k = cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_hold_passes
     c = min(cfg.chunk_cap, t - s + 1)
-    return 2 * k * -(-s * max_len // c) + max_output + 1
+    return k * (-(-(owed + prompt) // c) + 1) + longest + 1
+
+
+@dataclass
+class HeadWindow:
+    """What S6's bound needs, read when a request became head of the queue."""
+
+    request_id: str
+    head_pass: int
+    owed: int
+    prompt: int
+    longest: int
+
+
+def _note_head(engine: Engine, seen: dict[tuple[str, int], HeadWindow]) -> None:
+    """Record the queue head's window the first time its headship is seen."""
+    sched = engine.scheduler
+    waiting = getattr(sched, "waiting", None)
+    if not waiting or waiting[0].head_pass is None:
+        return
+    r = waiting[0]
+    key = (r.request_id, r.head_pass)
+    if key in seen or r.output_token_ids:
+        return
+    running = getattr(sched, "running", [])
+    owed = sum(x.num_tokens - x.num_computed for x in running if not x.is_decoding)
+    longest = max((x.max_tokens - len(x.output_token_ids) for x in running), default=0)
+    seen[key] = HeadWindow(r.request_id, r.head_pass, owed, r.num_tokens, longest)
 
 
 @dataclass
@@ -51,11 +79,15 @@ class PassStats:
     underfull_interrupting: collections.Counter[str] = field(default_factory=collections.Counter)
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
     preempted: int = 0
+    preempting_passes: set[int] = field(default_factory=set)
+    heads: dict[tuple[str, int], HeadWindow] = field(default_factory=dict)
 
     def observe(self, rec: PassRecord) -> None:
         self.passes += 1
         self.reasons[rec.reason.name] += 1
         self.preempted += rec.preempted
+        if rec.preempted:
+            self.preempting_passes.add(rec.index)
         if rec.prefill_tokens:
             self.prefill_passes += 1
             self.fill_sum += min(1.0, rec.prefill_tokens / self.dense_tokens)
@@ -91,10 +123,12 @@ def run_trace(
             r = pending[i]
             prompt = [rng.randrange(vocab) for _ in range(r.prompt_len)]
             engine.add_request(prompt, r.output_len)
+            _note_head(engine, stats.heads)
             i += 1
             idle = False
         before = sched.pass_index
         engine.step()
+        _note_head(engine, stats.heads)
         if sched.pass_index != before:
             stats.observe(sched.pass_log[-1])
             if on_pass is not None:
@@ -116,13 +150,7 @@ def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]
         for m in done
         if m.output_tokens > 1 and m.finish_pass is not None and m.first_token_pass is not None
     ]
-    head_wait = [
-        r.first_token_pass - r.head_pass + 1
-        for r in reqs
-        if r.first_token_pass is not None and r.head_pass is not None and r.num_preemptions == 0
-    ]
-    max_len = max((m.prompt_tokens + m.output_tokens for m in ms), default=1)
-    max_out = max((m.output_tokens for m in ms), default=1)
+    s6 = s6_figures(cfg, reqs, stats)
     out_tokens = sum(m.output_tokens for m in ms)
     passes = max(stats.passes, 1)
     summary: dict[str, Any] = {
@@ -147,8 +175,9 @@ def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]
         "ttft_ms": {"p50": percentile(ttft_ms, 50), "p99": percentile(ttft_ms, 99)},
         "tpot_passes": {"p50": percentile(tpot_p, 50), "p99": percentile(tpot_p, 99)},
         "tpot_ms": {"p50": percentile(tpot_ms, 50), "p99": percentile(tpot_ms, 99)},
-        "head_ttft_passes_max": max(head_wait, default=None),
-        "head_ttft_bound_passes": ttft_bound_passes(cfg, max_len, max_out),
+        "head_ttft_passes_max": s6["wait_max"],
+        "head_ttft_bound_passes": s6["bound_max"],
+        "s6": s6,
         "prefill_passes": stats.prefill_passes,
         "mean_prefill_fill": stats.fill_sum / stats.prefill_passes
         if stats.prefill_passes
@@ -167,6 +196,40 @@ def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]
     if callable(runner_summary):
         summary["runner"] = runner_summary()
     return summary
+
+
+def s6_figures(cfg: SchedulerConfig, reqs: Sequence[Any], stats: PassStats) -> dict[str, Any]:
+    """Each head window's wait against its S6 bound, over windows the bound covers.
+
+    A window runs from ``head_pass`` to ``first_token_pass``; one with a
+    preempting pass inside (or a preempted request) is outside S6's premise and
+    only counted. ``worst_ratio`` is the largest wait / bound.
+    """
+    rows: list[dict[str, Any]] = []
+    disturbed = 0
+    for r in reqs:
+        if r.first_token_pass is None or r.head_pass is None:
+            continue
+        w = stats.heads.get((r.request_id, r.head_pass))
+        span = range(r.head_pass, r.first_token_pass + 1)
+        if w is None or r.num_preemptions or any(i in stats.preempting_passes for i in span):
+            disturbed += 1
+            continue
+        wait = r.first_token_pass - r.head_pass + 1
+        bound = ttft_bound_passes(cfg, w.owed, w.prompt, w.longest)
+        rows.append({"request_id": r.request_id, "wait": wait, "bound": bound,
+                     "owed": w.owed, "prompt": w.prompt, "longest": w.longest})  # fmt: skip
+    worst = max(rows, key=lambda x: x["wait"] / x["bound"], default=None)
+    return {
+        "windows": len(rows),
+        "disturbed": disturbed,
+        "violations": sum(x["wait"] > x["bound"] for x in rows),
+        "worst_ratio": worst["wait"] / worst["bound"] if worst else None,
+        "worst": worst,
+        "wait_max": max((x["wait"] for x in rows), default=None),
+        "bound_max": max((x["bound"] for x in rows), default=None),
+        "per_request": [[x["request_id"], x["wait"], x["bound"]] for x in rows],
+    }
 
 
 def timed_run(
