@@ -117,40 +117,45 @@ def observe(sched: Any) -> StepObservation:
     running = list(running)
     prefill = decodes = 0
     preempts = False
+    exact = kv.exact
+    held_get = kv.held_by.get
+    bs, la, free = kv.block_size, kv.lookahead, kv.free
     i = 0
+    # One pass in vLLM's order; locals only, as this runs every step with decodes.
     while i < len(running) and budget > 0:
         r = running[i]
+        i += 1
         ph = r.num_output_placeholders
         done = r.num_computed_tokens
         if ph > 0 and done + 2 - ph >= r.num_prompt_tokens + r.max_tokens:
-            i += 1  # async: the in-flight step already reaches max_tokens
-            continue
+            continue  # async: the in-flight step already reaches max_tokens
         if step < r.next_decode_eligible_step:
-            i += 1
             continue
         n = r.num_tokens_with_spec + ph - done
         if 0 < thr < n:
             n = thr
         n = min(n, budget, max_len - done - sampled)
         if n <= 0:
-            i += 1
             continue
-        if kv.exact:
-            need = kv.need(r.request_id, done + n)
-            while need > kv.free and running[-1] is not r:
-                victim = running.pop()  # FCFS: vLLM preempts the newest running request
-                kv.free += kv.held(victim.request_id)
-                preempts = True
-            if need > kv.free:
-                preempts = True  # r preempts itself; the running walk ends
-                break
-            kv.free -= need
+        if exact:
+            blocks = held_get(r.request_id)
+            need = (done + n + la + bs - 1) // bs - (len(blocks) if blocks else 0)
+            if need > free:
+                while need > free and running[-1] is not r:
+                    victim = running.pop()  # FCFS: vLLM preempts the newest running request
+                    free += kv.held(victim.request_id)
+                    preempts = True
+                if need > free:
+                    preempts = True  # r preempts itself; the running walk ends
+                    break
+            if need > 0:
+                free -= need
         if r.is_prefill_chunk:
             prefill += n
         else:
             decodes += 1
         budget -= n
-        i += 1
+    kv.free = free
     if preempts:
         return StepObservation(prefill, decodes, True)
     prefill += _admissions(sched, kv, budget, thr, len(running))
