@@ -71,8 +71,9 @@ def main() -> int:
             readmitted += f["readmitted"]
             detect.append(f["detected_after_s"])
             recover.append(f["recovery_s"])
+        shown = ", ".join(f"{x.rank}@{x.tick}:{x.mode}" for x in faults)
         print(
-            f"seed {seed}: {world} ranks, {router}, faults {[tuple(x) for x in faults]}: "
+            f"seed {seed}: {world} ranks, {router}, faults [{shown}]: "
             f"{'every request ended once' if ok else 'FAILED'}"
             + (
                 f", dead {f['dead_ranks']}, re-admitted {f['readmitted']}"
@@ -91,7 +92,7 @@ def main() -> int:
     print()
     print(f"schedules run                         {count} ({wall:.0f} s)")
     print(f"schedules where every request ended once  {clean} / {count}")
-    print(f"ranks killed / agreements / re-admitted   {killed} / {agreements} / {readmitted}")
+    print(f"killed ranks / agreements / re-admitted   {killed} / {agreements} / {readmitted}")
     if detect:
         print(
             f"detection s, worst / median               {max(detect):.3f} / "

@@ -18,7 +18,7 @@ import random
 import pytest
 import torch.distributed as dist
 
-from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.config import DPConfig, Fault
 from densegate.impl.dp.inject import CRASH_EXIT_CODE, random_schedule
 from densegate.impl.dp.launch import launch
 from densegate.impl.dp.readmission import StreamView
@@ -81,3 +81,18 @@ def test_a_random_fault_schedule_loses_nothing(seed: int) -> None:
     ordered = sorted(trace, key=lambda q: q.arrival_pass)
     want = {str(i): q.output_len for i, q in enumerate(ordered)}
     assert {rid: len(t) for rid, t in view.tokens.items()} == want, why
+
+
+def test_a_slow_rank_below_the_timeout_is_not_declared_dead() -> None:
+    """Rank 1 sleeps 1 s before two ticks' collectives (timeout 3 s): gloo and the store
+    poll wait for it; nobody regroups and every rank finishes."""
+    trace = small_trace(N, 1, rate=1.0)
+    slow = (Fault(1, 4, "slow", 1.0), Fault(1, 9, "slow", 1.0))
+    config = DPConfig(ENGINE, timeout_s=TIMEOUT_S, baselines=False, faults=slow)
+    result = launch(trace, config, 3)
+    assert result.exitcodes == [0, 0, 0]
+    reps = result.phase("coordinated")
+    assert all(rep.faults == [] for rep in reps.values())
+    assert all(rep.decisions == reps[0].decisions for rep in reps.values())
+    s = result.summary()
+    assert s["healthy"] and s["finished"] == N and s["readmitted"] == 0
