@@ -1,7 +1,9 @@
 """``densegate conform``: check a gate, or the shipped policies, against the machine.
 
 ``densegate conform module:factory`` prints one report with a shrunk run per
-violated property; ``densegate conform --policies legacy,original,densegate``
+violated property (sampled: evidence); ``--prove`` checks the same properties
+symbolically instead (proved, refuted with a run, or out of reach, per property);
+``densegate conform --policies legacy,original,densegate``
 (the default without a target) prints which property each shipped policy
 violates, as one table, then the runs. Exit status 1 on any violation, 2 on a
 usage error.
@@ -41,6 +43,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--max-examples", type=int, metavar="N", help="runs generated per search (default 200)"
     )
     p.add_argument(
+        "--prove",
+        action="store_true",
+        help="prove symbolically instead of sampling (CrossHair): every path of every run "
+        "of --passes passes, all configs and observations; a target is required",
+    )
+    p.add_argument(
+        "--passes",
+        type=int,
+        metavar="N",
+        help="with --prove: passes per symbolic run (default 2)",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         metavar="S",
@@ -77,6 +91,42 @@ def _table(reports: list[ConformanceReport]) -> str:
     )
 
 
+def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
+    """``--prove``: one symbolic verdict per property (proved, refuted with a run, out of reach)."""
+    from densegate.impl.baselines.policies import POLICIES
+    from densegate.proofs.refinement.conform import DEFAULT_PASSES, prove_conforms
+
+    if args.max_examples is not None or args.seed is not None:
+        return usage("--max-examples and --seed are for sampling, not --prove")
+    passes = DEFAULT_PASSES if args.passes is None else args.passes
+    if passes < 1:
+        return usage(f"--passes must be >= 1, got {passes}")
+    if args.target is None and args.policies is None:
+        return usage("--prove needs a target (module:factory) or --policies")
+    if args.target is not None and args.policies is not None:
+        return usage("give a target or --policies, not both")
+    targets: list[tuple[str, Callable[..., Any]]] = []
+    if args.target is not None:
+        try:
+            targets.append((args.target, _load(args.target)))
+        except (ImportError, AttributeError, ValueError) as e:
+            return usage(f"cannot load {args.target}: {e}")
+    else:
+        names = [s.strip() for s in args.policies.split(",") if s.strip()]
+        names = list(POLICIES) if names == ["all"] else names
+        unknown = [n for n in names if n not in POLICIES]
+        if unknown or not names:
+            return usage(f"unknown policies {unknown}; shipped: {', '.join(POLICIES)}")
+        targets += [(n, POLICIES[n]) for n in names]
+    reports = [prove_conforms(f, passes=passes, name=name) for name, f in targets]
+    if args.json:
+        doc: Any = reports[0].to_json() if len(reports) == 1 else [r.to_json() for r in reports]
+        print(json.dumps(doc))
+    else:
+        print("\n\n".join(r.format() for r in reports))
+    return 0 if all(r.proved for r in reports) else 1
+
+
 def main(args: argparse.Namespace) -> int:
     from densegate.impl.baselines.policies import POLICIES
     from densegate.testing.conformance import (
@@ -89,6 +139,10 @@ def main(args: argparse.Namespace) -> int:
         print(f"densegate conform: {message}", file=sys.stderr)
         return 2
 
+    if args.prove:
+        return _prove(args, usage)
+    if args.passes is not None:
+        return usage("--passes needs --prove")
     n = DEFAULT_MAX_EXAMPLES if args.max_examples is None else args.max_examples
     if n < 1:
         return usage(f"--max-examples must be >= 1, got {n}")

@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--level",
         action="append",
         metavar="LEVEL",
-        help="only this level (gate, scheduler, dp); repeatable",
+        help="only this level (gate, scheduler, dp, refinement); repeatable",
     )
     p.add_argument("--only", metavar="IDS", help="comma-separated obligation ids, e.g. P1,P3")
     p.add_argument(
@@ -26,8 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from densegate.proofs.prover import prove
-    from densegate.proofs.registry import obligations
+    from densegate.proofs.registry import obligations, prove
     from densegate.proofs.report import print_report, to_json
 
     try:

@@ -24,6 +24,7 @@ from densegate.proofs.dp_mutants import DP_MUTANTS
 from densegate.proofs.prover import Monitor, Mutant, Obligation, Prop, Step
 from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair, reason, same_reason
 from densegate.spec.machine import Machine, Vars
+from densegate.spec.properties import statement
 
 __all__ = ["DP_OBLIGATIONS"]
 
@@ -124,8 +125,7 @@ def _ob(
 DP_OBLIGATIONS: list[Obligation] = [
     _ob(
         "D1",
-        "agreement: any two ranks fed one reduced vector and tick take the same decision "
-        "and keep equal state, whatever their local queues and clocks (so all N ranks do)",
+        statement("D1"),
         _d1,
         _d1_inv,
         ["local_dense", "local_tail_escape", "wall_clock_stall", "local_hold_counter"],
@@ -134,8 +134,7 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D2",
-        "bounded hold, one budget: every rank's waiting work fires within K ticks (age < K); "
-        "BUDGET only after K-1 held ticks",
+        statement("D2"),
         bounded_hold(reason("BUDGET")),
         age_is_hold,
         [
@@ -150,15 +149,14 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D3",
-        "global tail escape: W > 0 and no rank decodes (D = 0) => FIRE; NO_DECODE only when D = 0",
+        statement("D3"),
         _d3,
         true_invariant,
         ["tail_escape_dropped", "local_tail_escape"],
     ),
     _ob(
         "D4",
-        "no deadlock: exactly one command per state and reduced vector; "
-        "HOLD decreases the rank K-1-h >= 0",
+        statement("D4"),
         one_command_and_ranked,
         hold_bounded,
         ["stall_gap", "kv_overlap", "hold_not_counted", "growth_resets_budget"],
@@ -166,15 +164,14 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D5",
-        "legacy equivalence: disabled => every rank FIREs every tick (no delayer either)",
+        statement("D5"),
         _d5,
         true_invariant,
         ["disabled_ignored", "delayer_ignores_disabled"],
     ),
     _ob(
         "D6",
-        "refinement: one rank, T = B, stall and KV valves off equals the gate machine "
-        "(P level) step for step: decision, reason, counter",
+        statement("D6"),
         _d6,
         lambda p, s: s["h"] == s["dp_h"],
         [
@@ -189,8 +186,7 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D7",
-        "aligned density: DENSE => every rank waits and F >= T*N; "
-        "HOLD => enabled, W > 0, D > 0 and not dense",
+        statement("D7"),
         _d7,
         true_invariant,
         ["dense_any_rank", "dense_unscaled", "dense_strict", "tail_escape_dropped"],

@@ -20,6 +20,7 @@ from densegate.proofs.gate_mutants import GATE_MUTANTS
 from densegate.proofs.prover import Obligation
 from densegate.spec.gate import GATE, reason
 from densegate.spec.machine import Vars
+from densegate.spec.properties import statement
 
 __all__ = ["GATE_OBLIGATIONS"]
 
@@ -45,7 +46,7 @@ def _ob(id: str, statement: str, prop, invariant, mutants: list[str], **kw) -> O
 GATE_OBLIGATIONS: list[Obligation] = [
     _ob(
         "P1",
-        "counter bound: 0 <= h < K in every reachable state",
+        statement("P1"),
         lambda st: hold_bounded(st.p, st.s),
         hold_bounded,
         ["budget_off_by_one", "count_while_empty"],
@@ -53,15 +54,14 @@ GATE_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "P2",
-        "no idle pass: w > 0 and d = 0 => FIRE",
+        statement("P2"),
         lambda st: z3.Implies(z3.And(st.o["w"] > 0, st.o["d"] == 0), st.out["fire"]),
         true_invariant,
         ["tail_escape_dropped"],
     ),
     _ob(
         "P3",
-        "bounded hold: a waiting episode fires within K passes (age < K); "
-        "BUDGET only after K-1 holds",
+        statement("P3"),
         bounded_hold(reason("BUDGET")),
         age_is_hold,
         ["hold_not_counted", "budget_off_by_one", "count_while_empty", "no_reset_after_dense"],
@@ -69,21 +69,21 @@ GATE_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "P4",
-        "dense immediacy: w >= B => FIRE",
+        statement("P4"),
         lambda st: z3.Implies(st.o["w"] >= st.p["B"], st.out["fire"]),
         true_invariant,
         ["dense_strict"],
     ),
     _ob(
         "P5",
-        "legacy equivalence: disabled => FIRE",
+        statement("P5"),
         lambda st: z3.Implies(z3.Not(st.p["enabled"]), st.out["fire"]),
         true_invariant,
         ["disabled_ignored"],
     ),
     _ob(
         "P6",
-        "hold justification: HOLD => enabled, d > 0, 0 < w < B",
+        statement("P6"),
         lambda st: z3.Implies(
             z3.Not(st.out["fire"]),
             z3.And(st.p["enabled"], st.o["d"] > 0, st.o["w"] > 0, st.o["w"] < st.p["B"]),
@@ -93,8 +93,7 @@ GATE_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "P7",
-        "determinism and totality: exactly one command per state and observation; "
-        "HOLD decreases the rank K-1-h >= 0 (no deadlock)",
+        statement("P7"),
         one_command_and_ranked,
         hold_bounded,
         ["budget_gap", "dense_overlap", "hold_not_counted"],

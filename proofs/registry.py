@@ -3,26 +3,44 @@
 from __future__ import annotations
 
 from importlib import import_module
+from typing import Protocol
 
-from densegate.proofs.prover import Obligation
+from densegate.proofs.prover import Obligation, ObligationResult
+from densegate.proofs.prover import prove as prove_model
 
-__all__ = ["LEVELS", "obligations"]
+__all__ = ["LEVELS", "Provable", "obligations", "prove"]
+
+
+class Provable(Protocol):
+    """An obligation that proves itself (the code-level ones: refinement by symbolic execution)."""
+
+    @property
+    def id(self) -> str: ...
+
+    def prove(self) -> ObligationResult: ...
+
 
 LEVELS: dict[str, tuple[str, str]] = {
     "gate": ("densegate.proofs.gate_obligations", "GATE_OBLIGATIONS"),
     "scheduler": ("densegate.proofs.scheduler_obligations", "SCHEDULER_OBLIGATIONS"),
     "dp": ("densegate.proofs.dp_obligations", "DP_OBLIGATIONS"),
+    "refinement": ("densegate.proofs.refinement.obligations", "REFINEMENT_OBLIGATIONS"),
 }
 """level -> (module, list attribute); later levels register here."""
 
 
-def obligations(levels: list[str] | None = None) -> list[Obligation]:
+def obligations(levels: list[str] | None = None) -> list[Obligation | Provable]:
     chosen = levels if levels else list(LEVELS)
     unknown = [lv for lv in chosen if lv not in LEVELS]
     if unknown:
         raise ValueError(f"unknown proof level(s) {unknown}; known: {sorted(LEVELS)}")
-    out: list[Obligation] = []
+    out: list[Obligation | Provable] = []
     for lv in chosen:
         module, attr = LEVELS[lv]
         out.extend(getattr(import_module(module), attr))
     return out
+
+
+def prove(ob: Obligation | Provable) -> ObligationResult:
+    """A model obligation goes to the prover; a code obligation runs its own checks."""
+    return prove_model(ob) if isinstance(ob, Obligation) else ob.prove()

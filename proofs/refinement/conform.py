@@ -1,0 +1,274 @@
+"""``prove_conforms(factory)``: the kit's properties, proved symbolically for anyone's gate.
+
+The gate is a black box that speaks the protocol (``factory(GateConfig)``,
+``decide(GateInput) -> Decision``, ``hold_passes``), so its hidden state cannot
+be set: every run starts from a fresh gate. CrossHair explores every path of
+every run of ``passes`` passes, over every config (B, K >= 1, enabled or not)
+and every observation (w, d >= 0), all unbounded ints. Each property is judged
+on the same observables as the sampled kit (decision, reason, ``hold_passes``)
+and is one symbolic question per path; a property is
+
+- ``proved``: every path of every such run explored, none broke it (the bound
+  is the number of passes, reported; never "all runs");
+- ``refuted``: with the run that breaks it, replayed concretely through the
+  sampled kit's own judges, which must flag the same property;
+- ``out of reach``: CrossHair could not explore every path (a call it cannot
+  model, a value it had to make concrete, the path cap), with the reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from densegate.impl.baselines.policies import RawCounts
+from densegate.impl.gate import GateConfig, GateInput, Reason
+from densegate.proofs.refinement.symbolic import admit, explore, fail, guarded, holds, term
+from densegate.spec.gate import GATE, reason
+from densegate.spec.machine import Frame
+from densegate.spec.properties import GATE_IDS, Property, by_id
+from densegate.testing.driver import Driver, GateFactory
+from densegate.testing.strategies import GateRun, Observation
+
+__all__ = ["DEFAULT_PASSES", "ProofReport", "ProvedProperty", "prove_conforms"]
+
+DEFAULT_PASSES = 2
+"""Passes per symbolic run: every path of every run this long is explored."""
+
+
+@dataclass(frozen=True)
+class ProvedProperty:
+    """One property's symbolic verdict, with the breaking run or the reason it is out of reach."""
+
+    prop: Property
+    status: str  # proved | refuted | out of reach
+    seconds: float
+    run: dict[str, Any] | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ProofReport:
+    target: str
+    passes: int
+    results: tuple[ProvedProperty, ...]
+    seconds: float
+
+    @property
+    def proved(self) -> bool:
+        return all(r.status == "proved" for r in self.results)
+
+    def __getitem__(self, pid: str) -> ProvedProperty:
+        for r in self.results:
+            if r.prop.id == pid:
+                return r
+        raise KeyError(pid)
+
+    def format(self) -> str:
+        lines = [
+            f"densegate conform --prove {self.target}: every path of every run of "
+            f"{self.passes} passes from a fresh gate, all configs and observations "
+            f"(unbounded ints), {self.seconds:.1f} s"
+        ]
+        width = max(len(r.prop.label) for r in self.results)
+        for r in self.results:
+            lines.append(f"  {r.prop.label:<{width}}  {r.status}")
+        for r in self.results:
+            if r.status == "refuted" and r.run is not None:
+                lines += ["", f"{r.prop.id} REFUTED: {r.prop.statement}", f"  {_run_text(r.run)}"]
+                lines.append(f"  {r.detail}")
+            elif r.status == "out of reach":
+                lines += ["", f"{r.prop.id} OUT OF REACH: {r.detail}"]
+        verdict = "proved" if self.proved else "NOT proved"
+        lines.append(f"{self.target}: {verdict} (runs of up to {self.passes} passes)")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "proved": self.proved,
+            "passes": self.passes,
+            "seconds": round(self.seconds, 3),
+            "properties": [
+                {
+                    "id": r.prop.id,
+                    "statement": r.prop.statement,
+                    "status": r.status,
+                    "run": r.run,
+                    "detail": r.detail,
+                }
+                for r in self.results
+            ],
+        }
+
+
+def _run_text(run: dict[str, Any]) -> str:
+    head = f"B={run['B']} K={run['K']} enabled={run['enabled']}"
+    cols = ("w", "d", "running", "queued")
+    passes = "  ".join(
+        f"pass {i + 1}: " + " ".join(f"{c}={x}" for c, x in zip(cols, p, strict=False))
+        for i, p in enumerate(run["passes"])
+    )
+    return f"{head}  {passes}"
+
+
+def _judge(pid: str, p: dict[str, Any], steps: list[tuple[Any, ...]], K: Any) -> z3.BoolRef:
+    """The property over one symbolic run, as one formula (the kit's judges, in Z3)."""
+    pz = {k: term(v) for k, v in p.items()}
+    conds: list[z3.BoolRef] = []
+    age: z3.ArithRef = z3.IntVal(0)
+    Kz = term(K)
+    for h, w, d, fire, why, h2 in steps:
+        hz, wz, dz, fz, h2z = term(h), term(w), term(d), term(fire), term(h2)
+        if pid == "P1":
+            conds += [hz >= 0, hz < Kz, h2z >= 0, h2z < Kz]
+        elif pid == "P2":
+            conds.append(z3.Implies(z3.And(wz > 0, dz == 0), fz))
+        elif pid == "P3":
+            if why is Reason.BUDGET:
+                conds.append(age == Kz - 1)
+            age = z3.If(fz, z3.IntVal(0), age + 1)
+            conds.append(age < Kz)
+        elif pid == "P4":
+            conds.append(z3.Implies(wz >= pz["B"], fz))
+        elif pid == "P5":
+            conds.append(z3.Implies(z3.Not(pz["enabled"]), fz))
+        elif pid == "P6":
+            conds.append(
+                z3.Implies(z3.Not(fz), z3.And(pz["enabled"], dz > 0, wz > 0, wz < pz["B"]))
+            )
+        elif pid == "P7":
+            conds.append(z3.Implies(z3.Not(fz), z3.And(Kz - 1 - hz >= 0, h2z > hz)))
+        elif pid == "agreement":
+            out = {"fire": fz, "reason": reason(why.name)}
+            frame = Frame({"h": hz}, {"w": wz, "d": dz}, out)
+            conds.append(GATE.relation(pz, frame, {"h": h2z}))
+    if pid == "agreement" and steps:
+        conds.append(term(steps[0][0]) == 0)
+    return z3.And(*conds) if conds else z3.BoolVal(True)
+
+
+def _pre(v: dict[str, z3.ExprRef]) -> z3.BoolRef:
+    """Configs and observations; raw list counts (r, q) at least the honest ones (d, w)."""
+    obs = [x >= 0 for k, x in v.items() if k[0] in "wd"]
+    raw = [x >= v["d" + k[1:]] for k, x in v.items() if k[0] == "r"]
+    raw += [x >= v["w" + k[1:]] for k, x in v.items() if k[0] == "q"]
+    return z3.And(v["B"] >= 1, v["K"] >= 1, *obs, *raw)
+
+
+def _reads_raw(factory: GateFactory) -> bool:
+    """Whether the gates also take raw list counts (``decide_raw``), as the sampled kit asks."""
+    try:
+        return callable(getattr(factory(GateConfig(4, 2)), "decide_raw", None))
+    except Exception:
+        return False
+
+
+def _check(factory: GateFactory, pid: str, passes: int, raw: bool) -> Callable[..., None]:
+    def step(gate: Any, v: dict[str, Any], i: int) -> Any:
+        inp = GateInput(v[f"w{i}"], v[f"d{i}"])
+        if raw:
+            return gate.decide_raw(inp, RawCounts(v[f"r{i}"], v[f"q{i}"]))
+        return gate.decide(inp)
+
+    def drive(v: dict[str, Any]) -> list[tuple[Any, ...]]:
+        config = GateConfig(v["B"], v["K"], v["enabled"])
+        gate, twin = factory(config), factory(config)
+        steps = []
+        for i in range(passes):
+            w, d = v[f"w{i}"], v[f"d{i}"]
+            h = gate.hold_passes
+            dec = step(gate, v, i)
+            if pid == "P7" and (step(twin, v, i), twin.hold_passes) != (dec, gate.hold_passes):
+                fail(v, "a twin fed the same passes decided differently")
+            if not isinstance(dec.reason, Reason) or dec.fire != (dec.reason is not Reason.HOLD):
+                fail(v, f"decide returned {dec!r}, not a Decision whose fire matches its reason")
+            steps.append((h, w, d, dec.fire, dec.reason, gate.hold_passes))
+        return steps
+
+    # CrossHair needs one named, typed parameter per symbol: the check is generated.
+    names = ["B", "K", "enabled"] + [
+        f"{x}{i}" for i in range(passes) for x in "wdrq"[: 4 if raw else 2]
+    ]
+    hints = ", ".join(f"{n}: {'bool' if n == 'enabled' else 'int'}" for n in names)
+    src = (
+        f"def check({hints}) -> None:\n"
+        f"    assert admit(_pre, {', '.join(f'{n}={n}' for n in names if n != 'enabled')})\n"
+        f"    v = dict({', '.join(f'{n}={n}' for n in names)})\n"
+        f"    steps = guarded(lambda: drive(v), v)\n"
+        f"    if not holds(_judge(pid, {{'B': B, 'K': K, 'enabled': enabled}}, steps, K)):\n"
+        f"        fail(v, pid + ' broken')\n"
+    )
+    scope: dict[str, Any] = {}
+    env: dict[str, Any] = {"admit": admit, "_pre": _pre, "guarded": guarded, "drive": drive}
+    env.update({"holds": holds, "_judge": _judge, "pid": pid, "fail": fail})
+    _compile_check(src, env, scope)
+    return scope["check"]  # type: ignore[no-any-return]
+
+
+_SOURCES: dict[str, str] = {}
+
+
+def _compile_check(src: str, env: dict[str, Any], scope: dict[str, Any]) -> None:
+    """Compile a generated check under a file name ``linecache`` can show CrossHair."""
+    import linecache
+
+    name = f"<densegate-conform-check-{len(_SOURCES)}>"
+    _SOURCES[name] = src
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    exec(compile(src, name, "exec"), env, scope)
+
+
+def _replay_flags(factory: GateFactory, run: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """The sampled kit's judges on the witness run: which properties it breaks, and how."""
+    cfg = GateConfig(run["B"], run["K"], run["enabled"])
+    obs = tuple(Observation(p[0], p[1], *(p[2:] or (p[1], p[0]))) for p in run["passes"])
+    return Driver(factory).outcome(GateRun(cfg, obs)).first
+
+
+def prove_conforms(
+    factory: GateFactory,
+    *,
+    passes: int = DEFAULT_PASSES,
+    name: str | None = None,
+    max_iterations: int = 600,
+) -> ProofReport:
+    """Prove, refute or report out of reach each of P1-P7 and agreement for ``factory``'s gates."""
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
+    t0 = time.perf_counter()
+    raw = _reads_raw(factory)
+    results = []
+    for pid in GATE_IDS:
+        out = explore(_check(factory, pid, passes, raw), max_iterations=max_iterations)
+        prop = by_id(pid)
+        if out.status == "proved":
+            results.append(ProvedProperty(prop, "proved", out.seconds))
+        elif out.status == "refuted" and out.witness is not None:
+            w = out.witness
+            run = {
+                "B": w["B"],
+                "K": w["K"],
+                "enabled": w["enabled"],
+                "passes": [
+                    [w[f"{x}{i}"] for x in ("wdrq" if raw else "wd")] for i in range(passes)
+                ],
+            }
+            flags = _replay_flags(factory, run)
+            if pid in flags:
+                at, message = flags[pid]
+                detail = f"replayed by the sampled kit: pass {at + 1}: {message}"
+                results.append(ProvedProperty(prop, "refuted", out.seconds, run, detail))
+            else:
+                why = f"witness {run} ({out.detail}) did not break {pid} when replayed"
+                results.append(ProvedProperty(prop, "out of reach", out.seconds, run, why))
+        else:
+            results.append(ProvedProperty(prop, "out of reach", out.seconds, None, out.detail))
+    target = (
+        name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
+    )
+    return ProofReport(target, passes, tuple(results), time.perf_counter() - t0)

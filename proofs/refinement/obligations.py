@@ -1,0 +1,135 @@
+"""The R level of ``densegate prove``: obligations about the shipped code, not the model.
+
+Each obligation names the shipped class, its entry points (one symbolic check
+each) and its broken variants. It is proved when CrossHair explores every path
+of every check with no disagreement; a mutant is refuted when some check finds
+inputs on which it disagrees with the spec *and* those inputs, replayed
+concretely on the mutant and on the spec's own evaluator, really disagree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from densegate.impl.dp_gate import AlignedGate
+from densegate.impl.gate import PrefillGate
+from densegate.proofs.refinement import dp_gate, gate
+from densegate.proofs.refinement.gate import Replay
+from densegate.proofs.refinement.mutate import CodeMutant
+from densegate.proofs.refinement.symbolic import Outcome, explore
+from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
+from densegate.spec.properties import statement
+
+__all__ = ["REFINEMENT_OBLIGATIONS", "RefinementObligation"]
+
+Builder = Callable[[type], Callable[..., None]]
+Replayer = Callable[[type, str, Mapping[str, Any]], Replay]
+
+_CHECK_STATUS = {"proved": "unsat", "refuted": "sat", "unknown": "unknown"}
+"""A symbolic check in the prover's words: unsat = no disagreeing input exists."""
+
+
+@dataclass(frozen=True)
+class RefinementObligation:
+    """The shipped ``target`` refines a spec machine through every entry in ``checks``."""
+
+    id: str
+    statement: str
+    target: type
+    checks: Mapping[str, Builder]
+    params: Sequence[str]
+    replay: Replayer
+    mutants: Sequence[CodeMutant]
+    scope: str
+    level: str = "refinement"
+
+    def _trace(self, via: str, witness: Mapping[str, Any], seen: Replay, why: str) -> Trace:
+        params = {k: witness[k] for k in self.params}
+        row: dict[str, Any] = {"pass": 0, "entry": via}
+        row.update({k: v for k, v in witness.items() if k not in self.params})
+        row.update({"code": seen.code, "spec": seen.spec})
+        return Trace(params, [row], why)
+
+    def _refute(self, m: CodeMutant) -> MutantResult:
+        t0 = time.perf_counter()
+        reasons = []
+        for via, build in self.checks.items():
+            out = explore(build(m.build))
+            if out.status == "refuted" and out.witness is not None:
+                seen = self.replay(m.build, via, out.witness)
+                if seen.disagrees:
+                    trace = self._trace(via, out.witness, seen, self.statement)
+                    return MutantResult(
+                        m.name, m.description, "refuted", time.perf_counter() - t0, trace
+                    )
+                reasons.append(f"{via}: witness {out.witness} did not reproduce concretely")
+            elif out.status == "unknown":
+                reasons.append(f"{via}: {out.detail}")
+        seconds = time.perf_counter() - t0
+        if not reasons:
+            return MutantResult(
+                m.name, m.description, "survived", seconds, None, "every check proved it"
+            )
+        return MutantResult(m.name, m.description, "unknown", seconds, None, "; ".join(reasons))
+
+    def prove(self) -> ObligationResult:
+        t0 = time.perf_counter()
+        checks: list[CheckResult] = []
+        trace = None
+        for via, build in self.checks.items():
+            out: Outcome = explore(build(self.target))
+            status = _CHECK_STATUS[out.status]
+            checks.append(CheckResult(f"{via}: every path", status, out.seconds, out.detail))
+            if out.status == "refuted" and out.witness is not None and trace is None:
+                seen = self.replay(self.target, via, out.witness)
+                trace = self._trace(via, out.witness, seen, self.statement)
+        if any(c.status == "sat" for c in checks):
+            verdict = "failed"
+        elif any(c.status != "unsat" for c in checks):
+            verdict = "unknown"
+        else:
+            verdict = "proved"
+        seconds = time.perf_counter() - t0
+        mutants = [self._refute(m) for m in self.mutants]
+        return ObligationResult(
+            self.id,
+            self.level,
+            self.statement,
+            verdict,
+            seconds,
+            parametric=True,
+            bound=None,
+            scope=self.scope,
+            checks=checks,
+            mutants=mutants,
+            trace=trace,
+        )
+
+
+REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
+    RefinementObligation(
+        "R1",
+        statement("R1"),
+        PrefillGate,
+        gate.R1_CHECKS,
+        ("B", "K", "enabled"),
+        gate.replay,
+        gate.R1_MUTANTS,
+        "code: impl/gate.py PrefillGate, symbolic execution (CrossHair) of every path; "
+        "unbounded ints",
+    ),
+    RefinementObligation(
+        "R2",
+        statement("R2"),
+        AlignedGate,
+        dp_gate.R2_CHECKS,
+        dp_gate.PARAMS,
+        dp_gate.replay,
+        dp_gate.R2_MUTANTS,
+        "code: impl/dp_gate.py AlignedGate, symbolic execution (CrossHair) of every path; "
+        "unbounded ints, any N >= 1; fill_tokens taken as T in [1, B], not executed",
+    ),
+]

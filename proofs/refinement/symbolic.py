@@ -1,0 +1,183 @@
+"""Symbolic execution of the shipped Python with CrossHair, judged by the spec's own Z3 terms.
+
+CrossHair runs a check function on symbolic ints and bools: every branch the
+code takes is a Z3 query, and the function is re-run until every feasible path
+has been taken. On each path the check asks one more question, built here from
+the spec's transition relation: can the code's result differ from the spec's on
+this path? The spec is never re-implemented in Python: its Z3 terms are handed
+to CrossHair's solver as they are.
+
+Verdicts: ``proved`` only when CrossHair reports every path explored and none
+disagreed; ``refuted`` with concrete inputs, realized from the disagreeing
+path's model and replayed concretely by the caller; ``unknown`` for everything
+else (a path CrossHair could not finish, a value it had to make concrete, a
+call it could not model, the iteration or time cap), with the reason.
+"""
+
+from __future__ import annotations
+
+import collections
+import sys
+import time
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+from crosshair.core import realize
+from crosshair.core_and_libs import analyze_function
+from crosshair.libimpl.builtinslib import SymbolicBool, SymbolicInt
+from crosshair.options import AnalysisKind, AnalysisOptionSet
+from crosshair.statespace import MessageType
+from crosshair.tracers import NoTracing as _NoTracing
+from crosshair.util import NotDeterministic
+
+from densegate.spec.machine import Frame, Machine
+
+__all__ = [
+    "MAX_ITERATIONS",
+    "Outcome",
+    "admit",
+    "agrees",
+    "explore",
+    "fail",
+    "guarded",
+    "holds",
+    "term",
+]
+
+MAX_ITERATIONS = 2_000
+"""Paths CrossHair may try per check; running out is ``unknown``, never a pass."""
+CPU_SECONDS = 60.0
+"""CrossHair's own per-check cap, in CPU seconds (a safety net: the iteration cap binds first)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One symbolic check: proved, refuted with a witness, or unknown with the reason."""
+
+    status: str  # proved | refuted | unknown
+    seconds: float
+    paths: int
+    witness: dict[str, Any] | None = None
+    detail: str = ""
+
+
+_WITNESSES: list[tuple[dict[str, Any], str]] = []
+
+
+def NoTracing() -> Any:
+    """Run the enclosed block natively: the bookkeeping below must not be explored."""
+    return _NoTracing()  # type: ignore[no-untyped-call]
+
+
+_HOME = "densegate_refinement_checks"
+"""A source-less top-level module the checks are filed under while CrossHair runs: CrossHair
+reads option comments from a function's module and every package above it, which fails on
+the namespace package an editable install of ``densegate`` makes."""
+
+
+def term(x: object) -> z3.ExprRef:
+    """The Z3 term of a symbolic or concrete int/bool (CrossHair uses z3's main context)."""
+    with NoTracing():
+        if isinstance(x, SymbolicInt | SymbolicBool):
+            return x.var
+        if isinstance(x, bool):
+            return z3.BoolVal(x)
+        if isinstance(x, int):
+            return z3.IntVal(x)
+        raise TypeError(f"not an int or bool: {type(x).__name__}")
+
+
+def holds(formula: z3.BoolRef) -> bool:
+    """A formula over the path's symbols, as a value CrossHair branches on (one query)."""
+    with NoTracing():
+        return SymbolicBool(formula)  # type: ignore[return-value]
+
+
+def admit(build: Callable[[dict[str, z3.ExprRef]], z3.BoolRef], **values: object) -> bool:
+    """The check's precondition, built from the symbols' terms in one formula (one branch)."""
+    with NoTracing():
+        env = {k: term(v) for k, v in values.items()}
+        return SymbolicBool(build(env))  # type: ignore[return-value]
+
+
+def agrees(
+    machine: Machine,
+    reason: Callable[[str], z3.ExprRef],
+    params: Mapping[str, object],
+    state: Mapping[str, object],
+    obs: Mapping[str, object],
+    fire: object,
+    why: str,
+    nxt: Mapping[str, object],
+) -> bool:
+    """Whether the code's (fire, reason, next state) is the step the spec's relation allows.
+
+    Observation entries the machine declares but ``obs`` leaves out are 0 (the
+    aligned gate's local view, which its commands never read).
+    """
+    with NoTracing():
+        p = {k: term(v) for k, v in params.items()}
+        s = {k: term(v) for k, v in state.items()}
+        o = {k: term(obs[k]) if k in obs else z3.IntVal(0) for k in machine.obs_sorts}
+        out = {"fire": term(fire), "reason": reason(why)}
+        n = {k: term(v) for k, v in nxt.items()}
+        return SymbolicBool(machine.relation(p, Frame(s, o, out), n))  # type: ignore[return-value]
+
+
+def fail(values: Mapping[str, object], detail: str) -> None:
+    """Record this path's inputs, made concrete from its model, and fail the check."""
+    witness = {k: realize(v) for k, v in values.items()}
+    with NoTracing():
+        _WITNESSES.append((witness, detail))
+    raise AssertionError(detail)
+
+
+def guarded(call: Callable[[], Any], values: Mapping[str, object]) -> Any:
+    """Run the code under check; an exception it raises on admitted inputs is a refutation."""
+    try:
+        return call()
+    except NotDeterministic:
+        raise
+    except Exception as e:
+        fail(values, f"raised {type(e).__name__}: {e}")
+
+
+def explore(check: Callable[..., None], *, max_iterations: int = MAX_ITERATIONS) -> Outcome:
+    """Run CrossHair over every path of ``check`` (asserts mode: leading asserts are the
+    precondition) and translate its verdict; only "confirmed over all paths" proves."""
+    stats: collections.Counter[str] = collections.Counter()
+    options = AnalysisOptionSet(
+        analysis_kind=[AnalysisKind.asserts],
+        report_all=True,
+        max_iterations=max_iterations,
+        per_condition_timeout=CPU_SECONDS,
+        stats=stats,
+    )
+    _WITNESSES.clear()
+    sys.modules.setdefault(_HOME, types.ModuleType(_HOME))
+    check.__module__ = _HOME
+    t0 = time.perf_counter()
+    messages = [m for c in analyze_function(check, options) for m in c.analyze()]
+    seconds = time.perf_counter() - t0
+    paths = stats["num_paths"]
+    kinds = {m.state for m in messages}
+    if kinds == {MessageType.CONFIRMED}:
+        return Outcome("proved", seconds, paths, None, f"every path explored ({paths})")
+    bad = [m for m in messages if m.state in (MessageType.POST_FAIL, MessageType.EXEC_ERR)]
+    if bad and _WITNESSES:
+        witness, detail = _WITNESSES[-1]
+        return Outcome("refuted", seconds, paths, witness, detail)
+    if not messages:
+        why = "CrossHair found no check to run"
+    elif MessageType.CANNOT_CONFIRM in kinds:
+        why = (
+            f"not every path explored ({paths} tried, cap {max_iterations} paths or "
+            f"{CPU_SECONDS:.0f} CPU s; a value CrossHair had to make concrete or a call it "
+            "cannot model keeps paths open)"
+        )
+    else:
+        why = "; ".join(f"{m.state.name}: {m.message}" for m in messages)
+    return Outcome("unknown", seconds, paths, None, why)

@@ -1,0 +1,129 @@
+"""The property table: every property id, its short title and its one-sentence statement.
+
+Stated once, here, as pure data (no z3): the prover's report (``densegate prove``)
+and the conformance kit (``densegate conform``, sampled or ``--prove``) both read
+their wording from this table, so a property cannot say one thing in the proof
+table and another in a conformance report. P* are the one-rank gate's, D* the
+aligned (data-parallel) gate's, R* the refinement of the machines by the shipped
+Python; ``agreement`` is the conformance kit's lockstep with the spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["GATE_IDS", "PROPERTIES", "Property", "by_id", "statement"]
+
+
+@dataclass(frozen=True)
+class Property:
+    """One row of the table: an id, a title of a few words, and what it demands."""
+
+    id: str
+    title: str
+    statement: str
+
+    @property
+    def label(self) -> str:
+        return self.title if self.id == "agreement" else f"{self.id}  {self.title}"
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property("P1", "counter bound", "counter bound: 0 <= h < K in every reachable state"),
+    Property("P2", "no idle pass", "no idle pass: w > 0 and d = 0 => FIRE"),
+    Property(
+        "P3",
+        "bounded hold",
+        "bounded hold: a waiting episode fires within K passes (age < K); "
+        "BUDGET only after K-1 holds",
+    ),
+    Property("P4", "dense immediacy", "dense immediacy: w >= B => FIRE"),
+    Property("P5", "legacy equivalence", "legacy equivalence: disabled => FIRE"),
+    Property("P6", "hold justification", "hold justification: HOLD => enabled, d > 0, 0 < w < B"),
+    Property(
+        "P7",
+        "determinism and totality",
+        "determinism and totality: exactly one decision per state and observation "
+        "(never an error, a twin fed the same passes decides alike); "
+        "HOLD decreases the rank K-1-h >= 0 (no deadlock)",
+    ),
+    Property(
+        "agreement",
+        "agreement with spec",
+        "agreement: decision, reason and counter equal the spec's on every pass",
+    ),
+    Property(
+        "D1",
+        "rank agreement",
+        "agreement: any two ranks fed one reduced vector and tick take the same decision "
+        "and keep equal state, whatever their local queues and clocks (so all N ranks do)",
+    ),
+    Property(
+        "D2",
+        "bounded hold, one budget",
+        "bounded hold, one budget: every rank's waiting work fires within K ticks (age < K); "
+        "BUDGET only after K-1 held ticks",
+    ),
+    Property(
+        "D3",
+        "global tail escape",
+        "global tail escape: W > 0 and no rank decodes (D = 0) => FIRE; NO_DECODE only when D = 0",
+    ),
+    Property(
+        "D4",
+        "no deadlock",
+        "no deadlock: exactly one command per state and reduced vector; "
+        "HOLD decreases the rank K-1-h >= 0",
+    ),
+    Property(
+        "D5",
+        "legacy equivalence",
+        "legacy equivalence: disabled => every rank FIREs every tick (no delayer either)",
+    ),
+    Property(
+        "D6",
+        "one-rank refinement",
+        "refinement: one rank, T = B, stall and KV valves off equals the gate machine "
+        "(P level) step for step: decision, reason, counter",
+    ),
+    Property(
+        "D7",
+        "aligned density",
+        "aligned density: DENSE => every rank waits and F >= T*N; "
+        "HOLD => enabled, W > 0, D > 0 and not dense",
+    ),
+    Property(
+        "R1",
+        "PrefillGate refines the gate",
+        "code refines model: a fresh PrefillGate starts at the spec's h = 0, and from every "
+        "counter 0 <= h < K one call of decide_counts(w, d) or decide(GateInput(w, d)) returns "
+        "the spec's decision and reason and leaves the spec's next counter",
+    ),
+    Property(
+        "R2",
+        "AlignedGate refines the DP gate",
+        "code refines model: for any number of ranks N, from every state (0 <= h < K, any "
+        "stall memory) one call of AlignedGate.decide on any reduced vector and tick the "
+        "spec admits returns the spec's decision and reason and leaves the spec's next state",
+    ),
+)
+"""Every property, in report order."""
+
+_BY_ID = {p.id: p for p in PROPERTIES}
+assert len(_BY_ID) == len(PROPERTIES), "property ids must be unique"
+
+GATE_IDS: tuple[str, ...] = ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "agreement")
+"""What the conformance kit judges a gate on, in report order."""
+
+
+def by_id(pid: str) -> Property:
+    """The property with this id (``KeyError`` naming it otherwise)."""
+    try:
+        return _BY_ID[pid]
+    except KeyError:
+        raise KeyError(f"no property {pid!r}; known: {', '.join(_BY_ID)}") from None
+
+
+def statement(pid: str) -> str:
+    """The one-sentence statement of ``pid``, as the proof table prints it."""
+    return by_id(pid).statement

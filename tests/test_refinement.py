@@ -1,0 +1,115 @@
+"""The R level: the shipped gates refine the spec machines, and every broken variant is caught.
+
+Each refuted mutant's counterexample is re-run here, concretely, on the mutant
+and on the spec's own evaluator, independently of the prover's replay.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import pytest
+
+from densegate.impl.dp_gate import AlignedGate
+from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate
+from densegate.proofs.refinement import dp_gate, gate
+from densegate.proofs.refinement.obligations import REFINEMENT_OBLIGATIONS
+from densegate.proofs.refinement.symbolic import explore
+from densegate.proofs.registry import LEVELS, obligations
+from densegate.proofs.results import ObligationResult
+from densegate.spec.dp_gate import DP
+from densegate.spec.gate import GATE
+from densegate.spec.machine import evaluate
+from densegate.spec.properties import statement
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, ObligationResult]:
+    return {ob.id: ob.prove() for ob in REFINEMENT_OBLIGATIONS}
+
+
+def test_registered_as_a_level_with_the_table_statements() -> None:
+    assert "refinement" in LEVELS
+    obs = obligations(["refinement"])
+    assert [o.id for o in obs] == ["R1", "R2"]
+    assert all(o.statement == statement(o.id) for o in obs)
+
+
+@pytest.mark.parametrize("rid", ["R1", "R2"])
+def test_shipped_code_proved_on_every_path(results: dict[str, ObligationResult], rid: str) -> None:
+    r = results[rid]
+    assert r.status == "proved", [(c.name, c.status, c.reason) for c in r.checks]
+    assert r.checks and all(c.status == "unsat" for c in r.checks)
+    assert r.scope is not None and r.scope.startswith("code:")
+
+
+def _r1_disagrees(cls: type, entry: str, row: dict[str, Any], p: dict[str, Any]) -> bool:
+    g = cls(GateConfig(p["B"], p["K"], p["enabled"]))
+    if g.hold_passes != 0:
+        return True
+    g._h = row["h"]
+    if entry == "decide":
+        dec = g.decide(GateInput(row["w"], row["d"]))
+    else:
+        dec = g.decide_counts(row["w"], row["d"])
+    _, out, nxt = evaluate(GATE, p, {"h": row["h"]}, {"w": row["w"], "d": row["d"]})
+    return (dec.fire, dec.reason.name, g.hold_passes) != (out["fire"], out["reason"], nxt["h"])
+
+
+def _r2_disagrees(cls: type, row: dict[str, Any], p: dict[str, Any]) -> bool:
+    v = {**p, **row}
+    fresh, dec, nxt = dp_gate._run(cls, v)
+    obs = {k: v[k] for k in ("W", "F", "D", "P", "C", "t")}
+    _, out, s2 = evaluate(DP, p, {k: v[k] for k in ("h", "q", "g")}, obs)
+    spec = (out["fire"], out["reason"], (s2["h"], s2["q"], s2["g"]))
+    return tuple(fresh) != (0, 0, 0) or (dec.fire, dec.reason.name, tuple(nxt)) != spec
+
+
+@pytest.mark.parametrize(
+    ("rid", "mutants"), [("R1", gate.R1_MUTANTS), ("R2", dp_gate.R2_MUTANTS)], ids=["R1", "R2"]
+)
+def test_every_mutant_refuted_by_an_input_that_really_disagrees(
+    results: dict[str, ObligationResult], rid: str, mutants: tuple[Any, ...]
+) -> None:
+    r = results[rid]
+    assert [m.name for m in r.mutants] == [m.name for m in mutants]
+    for res, mutant in zip(r.mutants, mutants, strict=True):
+        assert res.status == "refuted", (res.name, res.reason)
+        assert res.trace is not None
+        (row,) = res.trace.rows
+        assert row["code"] != row["spec"]
+        entry = row["entry"]
+        inputs = {k: v for k, v in row.items() if k not in ("pass", "entry", "code", "spec")}
+        cls = mutant.build
+        if rid == "R1":
+            assert _r1_disagrees(cls, entry, inputs, res.trace.params), res.name
+            assert not _r1_disagrees(PrefillGate, entry, inputs, res.trace.params)
+        else:
+            assert _r2_disagrees(cls, inputs, res.trace.params), res.name
+            assert not _r2_disagrees(AlignedGate, inputs, res.trace.params)
+
+
+def test_mutant_snippet_must_exist() -> None:
+    from densegate.proofs.refinement.mutate import CodeMutant
+
+    bad = CodeMutant("x", "gone", PrefillGate, "decide_counts", "no such code", "")
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        _ = bad.build
+
+
+class _Opaque(PrefillGate):
+    """Correct, but through a call CrossHair cannot model (a C checksum of the input)."""
+
+    __slots__ = ()
+
+    def decide_counts(self, waiting_tokens: int, decode_seqs: int) -> Decision:
+        if zlib.crc32(str(waiting_tokens).encode()) < 0:  # never true: crc32 is unsigned
+            self._h = 0
+        return super().decide_counts(waiting_tokens, decode_seqs)
+
+
+def test_a_path_that_cannot_be_explored_is_unknown_never_proved() -> None:
+    out = explore(gate.R1_CHECKS["decide_counts"](_Opaque), max_iterations=40)
+    assert out.status == "unknown", out
+    assert "not every path explored" in out.detail
