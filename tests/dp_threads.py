@@ -93,8 +93,8 @@ class ThreadGroup:
                 self._meets[e] = (_Meet(parties), [[[] for _ in range(parties)] for _ in range(2)])
             return self._meets[e]
 
-    def member(self, rank: int) -> ThreadCollective:
-        return ThreadCollective(self, rank)
+    def member(self, rank: int, kind: type[ThreadCollective] | None = None) -> ThreadCollective:
+        return (kind or ThreadCollective)(self, rank)
 
     def mark_dead(self, rank: int, epoch: int) -> None:
         """What the launcher does when a rank exits: mark it, and its socket closes."""
@@ -156,28 +156,29 @@ def run_group(
     timeout_s: float = 10.0,
     late_failure: tuple[int, int] | None = None,
     grace_s: float | None = None,
+    member: type[ThreadCollective] | None = None,
 ) -> GroupRun:
     group = ThreadGroup(world, timeout_s, late_failure, grace_s)
     run = GroupRun({}, store=group.store)
     errors: list[BaseException] = []
 
     def body(rank: int) -> None:
-        member = group.member(rank)
+        collective = group.member(rank, member)
 
         def crash(mode: str) -> None:
             if mode == "exit":
-                group.mark_dead(rank, member.epoch)
+                group.mark_dead(rank, collective.epoch)
             raise _Crash
 
         try:
-            run.reports[rank] = run_rank(rank, world, trace, config, member, on_crash=crash)
+            run.reports[rank] = run_rank(rank, world, trace, config, collective, on_crash=crash)
         except _Crash:
             pass
         except Excluded:
             run.excluded.append(rank)
         except BaseException as e:
             errors.append(e)
-            group.epoch(member.epoch, 1)[0].abort()
+            group.epoch(collective.epoch, 1)[0].abort()
 
     threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
     for t in threads:

@@ -7,19 +7,21 @@ collective runs; real processes are in test_dp_fault_injection.
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 
 import pytest
 
 from densegate.cli.dp import merge_reports, parse_faults
+from densegate.impl.dp.collective import StoreUnavailable
 from densegate.impl.dp.config import DPConfig, Fault
-from densegate.impl.dp.membership import STREAM_KEY
+from densegate.impl.dp.membership import STREAM_KEY, Agreement
 from densegate.impl.dp.readmission import StreamView
 from densegate.impl.dp.report import RankReport
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.traces.replay import run_trace
 from densegate.impl.traces.workload import synthetic_trace
 from tests.dp_small import ENGINE, small_trace
-from tests.dp_threads import GroupRun, run_group
+from tests.dp_threads import GroupRun, ThreadCollective, run_group
 
 
 def coordinated(run: GroupRun) -> dict[int, RankReport]:
@@ -188,3 +190,28 @@ def test_summary_flags_a_request_ended_twice() -> None:
     other = next(r for r in dicts if rid not in dicts[r][0]["finished"])
     dicts[other][0]["finished"].append(rid)
     assert merge_reports(3, dicts, n, 0.0)["duplicated"] == [rid]
+
+
+class _NoStore(ThreadCollective):
+    def recover(self, calls: int, total: Sequence[int] | None) -> Agreement:
+        raise StoreUnavailable("the store died with rank 0")
+
+
+def test_without_the_store_survivors_finish_their_own_and_report_rank_0_s_as_lost() -> None:
+    """Hand-started ranks keep the store in rank 0: if it dies nobody can agree, so each
+    survivor finishes what it holds with its local gate and names rank 0's requests lost."""
+    n = 30
+    trace = small_trace(n, seed=4, rate=1.0)
+    config = DPConfig(ENGINE, crash=(0, 8), baselines=False)
+    run = run_group(3, trace, config, member=_NoStore)
+    reps = coordinated(run)
+    assert sorted(reps) == [1, 2]
+    lost = reps[1].lost
+    assert lost and lost == reps[2].lost
+    assert lost == sorted((rid for rid, r in reps[1].assignment.items() if r == 0), key=int)
+    for rep in reps.values():
+        assert rep.faults[0]["store_lost"] and rep.local_decisions and rep.unfinished == []
+        assert rep.kv_blocks == [ENGINE.num_blocks, ENGINE.num_blocks]
+    s = summary(run, 3, n)
+    assert s["lost"] == len(lost) and s["finished"] + s["lost"] == n
+    assert s["unaccounted"] == [] and s["duplicated"] == []
