@@ -79,3 +79,25 @@ def test_measured_bench_pools_rounds(
     assert set(t) == {"densegate", "vllm-v1"} and d["config"]["rounds"] == 2
     assert t["vllm-v1"]["ratio_to_baseline"] == pytest.approx(1.0)
     assert all(x["rounds"] == 2 and x["ttft_ms"]["p50"] is not None for x in t.values())
+
+
+def test_dp_timing_table_only_for_a_timed_runner() -> None:
+    from densegate.impl.dp.report import RankReport
+    from densegate.impl.dp.timing import phase_timing
+
+    def rep(phase: str, runner: str, tokens: int) -> RankReport:
+        r = RankReport(0, 1, phase, "aligned", "on", runner, "round-robin")
+        r.timing = {"output_tokens": tokens, "seconds": 1.0, "ttft_ms": [1.0], "itl_ms": [],
+                    "tick_ms": [1.0], "work": [], "requests": []}  # fmt: skip
+        return r
+
+    by_phase = {
+        "coordinated": {0: rep("coordinated", "torch", 30)},
+        "uncoordinated_gate_off": {0: rep("uncoordinated_gate_off", "torch", 20)},
+        "uncoordinated_local_gate": {0: rep("uncoordinated_local_gate", "null", 99)},
+    }
+    t = phase_timing(by_phase)
+    assert t is not None and set(t["phases"]) == {"coordinated", "uncoordinated_gate_off"}
+    assert t["phases"]["coordinated"]["ratio_to_baseline"] == pytest.approx(1.5)
+    null = {"coordinated": {0: rep("coordinated", "null", 30)}}
+    assert phase_timing(null) is None

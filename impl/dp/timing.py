@@ -3,8 +3,8 @@
 Each rank's report carries its ``timing`` record (``densegate.impl.cost``);
 this pools the ranks of each phase, then the rounds of each phase
 (``densegate.impl.cost.compare``), and prints one table. Only phases run on the
-coordinated phase's runner are timed against it (the null-runner baselines of
-an untimed run measure the scheduler alone).
+coordinated phase's runner are timed against it, and none when that is the
+null runner (its passes, like the untimed baselines', measure the scheduler alone).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ def phase_timing(by_phase: Mapping[str, Mapping[int, RankReport]]) -> dict[str, 
     if not main or any(not r.timing for r in main.values()):
         return None
     runner = next(iter(main.values())).runner
+    if runner == "null":  # a null runner's passes time the scheduler alone
+        return None
     figures: dict[str, TimeFigures] = {}
     for name, reps in by_phase.items():
         if all(r.timing and r.runner == runner for r in reps.values()):
