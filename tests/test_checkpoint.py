@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from transformers import LlamaForCausalLM
 
 import densegate.impl.runners.checkpoint as checkpoint
-import densegate.impl.runners.weights as weights
+import densegate.impl.runners.model as model_module
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.runners.checkpoint import load_model
 from densegate.impl.runners.hf_config import CheckpointError, read_config
@@ -100,11 +100,13 @@ def test_no_random_draw_and_straight_to_target_dtype(
     def forbidden(*_: object, **__: object) -> None:
         raise AssertionError("a random draw during a checkpoint load")
 
-    monkeypatch.setattr(weights, "random_weights", forbidden)
+    monkeypatch.setattr(model_module, "random_weights", forbidden)
     monkeypatch.setattr(torch, "randn", forbidden)
     model = load_model(good, dtype=torch.bfloat16)
     assert model.embed.dtype == model.layers[0].wqkv.dtype == torch.bfloat16
     assert load_model(good).dtype == torch.float32  # None: the checkpoint's own
+    with pytest.raises(AssertionError, match="random draw"):  # the guard does guard
+        model_module.DecoderModel(read_config(good).config)
 
 
 def test_tied_embeddings_share_one_tensor(tmp_path: Path) -> None:

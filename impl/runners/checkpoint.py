@@ -12,6 +12,7 @@ ignored: the frequencies are recomputed from ``config.json``.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from densegate.impl.runners.hf_config import CheckpointError, CheckpointInfo, read_config
+from densegate.impl.runners.hf_config import CheckpointError, read_config
 from densegate.impl.runners.model import DecoderModel
 from densegate.impl.runners.model_config import ModelConfig
 from densegate.impl.runners.weights import LayerWeights, ModelWeights
@@ -178,26 +179,24 @@ def load_model(
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
     progress: bool | None = None,
-    info: CheckpointInfo | None = None,
 ) -> DecoderModel:
     """The checkpoint at ``path`` as a ``DecoderModel`` on ``device``.
 
     ``dtype=None`` keeps the checkpoint's own (``config.json``'s ``dtype`` or
     ``torch_dtype``). ``progress``: True/False forces the bar on/off; None shows
-    it for loads of at least ``PROGRESS_BYTES``.
+    it for loads of at least ``PROGRESS_BYTES``. Nothing is allocated before
+    every tensor's name, shape and dtype has been checked.
     """
-    info = info if info is not None else read_config(path)
+    info = read_config(path)
     config = info.config
     dtype = dtype if dtype is not None else getattr(torch, info.dtype)
     device = torch.device(device)
     want = tensor_targets(config)
     stored = _shard_map(info.path)
-    names = _check_names(stored, want, config.tie_word_embeddings)
-    dest = _allocate(config, device, dtype)
-    safe_open = _safe_open()
     by_file: dict[Path, list[str]] = {}
-    for n in names:
+    for n in _check_names(stored, want, config.tie_word_embeddings):
         by_file.setdefault(stored[n], []).append(n)
+    safe_open = _safe_open()
     with ExitStack() as stack:
         handles = {
             p: stack.enter_context(safe_open(str(p), framework="pt")) for p in sorted(by_file)
@@ -212,10 +211,8 @@ def load_model(
                         f"tensor {n} has shape {list(shape)}, config.json implies "
                         f"{list(want[n][1])}"
                     )
-                numel = 1
-                for d in shape:
-                    numel *= d
-                total += numel * _itemsize(sl.get_dtype(), n)
+                total += math.prod(shape) * _itemsize(sl.get_dtype(), n)
+        dest = _allocate(config, device, dtype)
         with torch.no_grad(), _progress(total, progress) as advance:
             for p, group in by_file.items():
                 for n in group:
