@@ -193,8 +193,8 @@ class _RankLoop:
             return total
 
     def _recover(self, tick: int, err: Exception, waited_s: float) -> Agreement | None:
-        log.warning("rank %d: collective failed at tick %d after %.2fs (%s)", *(
-            self.rank, tick, waited_s, err))  # fmt: skip
+        msg = "rank %d: collective failed at tick %d after %.2fs (%s)"
+        log.warning(msg, self.rank, tick, waited_s, err)
         t0 = time.perf_counter()
         try:
             agreed = self.collective.recover(self.calls, self.last_total)
@@ -243,8 +243,8 @@ class _RankLoop:
                 rep.seen[rid] = list(seen)
                 self._add(rid, seen)
         rep.faults[-1].update(readmitted=len(h.targets), ended_on_dead=len(h.ended_on_dead))
-        log.warning("rank %d: survivors %s re-admit %d request(s) of %s", *(
-            self.rank, self.members, len(h.targets), agreed.dead))  # fmt: skip
+        msg = "rank %d: survivors %s re-admit %d request(s) of %s"
+        log.warning(msg, self.rank, self.members, len(h.targets), agreed.dead)
 
     def _alone(self, tick: int) -> None:
         """The store is gone with rank 0: nobody can agree, so finish alone, local gate.
