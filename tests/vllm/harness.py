@@ -86,6 +86,7 @@ class Limits:
     enable_chunked_prefill: bool = True
     watermark: float = 0.0
     max_model_len: int = 2048
+    prefix_caching: bool = False
 
 
 def build(cls: type, limits: Limits, densegate: dict[str, Any] | None = None) -> Any:
@@ -108,6 +109,7 @@ def build(cls: type, limits: Limits, densegate: dict[str, Any] | None = None) ->
     vc.model_config.max_model_len = limits.max_model_len
     vc.cache_config.block_size = limits.block_size
     vc.cache_config.num_gpu_blocks = limits.num_blocks
+    vc.cache_config.enable_prefix_caching = limits.prefix_caching
     if densegate is not None:
         vc.additional_config = {"densegate": densegate}
     spec = FullAttentionSpec(
@@ -135,6 +137,8 @@ class Step:
     decode_seqs: int
     preempted: int
     total_tokens: int
+    largest_prefill: int = 0
+    """The most prefill tokens one request got this step."""
     gate: Any = None
     """The gated scheduler's ``GateStep`` for this step (None for vLLM's own)."""
 
@@ -156,13 +160,27 @@ def prompt_tokens(salt: int, prompt_len: int) -> list[int]:
     return [(salt * 7919 + i * 31) % 500 + 10 for i in range(max(2, prompt_len))]
 
 
-def _request(rid: str, prompt_len: int, output_len: int, salt: int) -> Any:
+def _request(
+    rid: str, prompt_len: int, output_len: int, salt: int, prefix: list[int], hasher: Any
+) -> Any:
     from vllm.sampling_params import SamplingParams
     from vllm.v1.request import Request
 
-    prompt = prompt_tokens(salt, prompt_len)
+    prompt = (prefix + prompt_tokens(salt, prompt_len))[: max(2, prompt_len)]
     params = SamplingParams(max_tokens=output_len, ignore_eos=True)
-    return Request(rid, prompt, params, None, arrival_time=0.0)
+    return Request(rid, prompt, params, None, arrival_time=0.0, block_hasher=hasher)
+
+
+def _hasher(sched: Any) -> Any:
+    """vLLM's block hasher, as its engine core sets one up when prefix caching is on."""
+    if not sched.cache_config.enable_prefix_caching:
+        return None
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    fn = get_hash_fn_by_name(sched.cache_config.prefix_caching_hash_algo)
+    init_none_hash(fn)
+    return get_request_block_hasher(sched.block_size, fn)
 
 
 def replay(
@@ -172,12 +190,14 @@ def replay(
     one_step_late: bool = False,
     aborts: dict[int, int] | None = None,
     throttle: Any = None,
+    shared_prefix: int = 0,
     max_steps: int = 200_000,
 ) -> Replay:
     """Run ``trace`` to the end; ``aborts`` maps request index -> steps after arrival.
 
     ``throttle(step) -> bool`` is passed to ``schedule(throttle_prefills=...)``
-    (vLLM's own prefill cadence).
+    (vLLM's own prefill cadence). ``shared_prefix`` tokens open every prompt
+    (for prefix-cache hits).
     """
     import time
 
@@ -190,6 +210,8 @@ def replay(
     order = sorted(range(len(trace)), key=lambda i: (trace[i].arrival_pass, i))
     nxt = 0
     step = 0
+    prefix = [3] * shared_prefix
+    hasher = _hasher(sched)
 
     def deliver(out: Any, mro: ModelRunnerOutput) -> None:
         for eco in sched.update_from_output(out, mro).values():
@@ -208,7 +230,7 @@ def replay(
             i = order[nxt]
             t = trace[i]
             rid = str(i)
-            sched.add_request(_request(rid, t.prompt_len, t.output_len, i))
+            sched.add_request(_request(rid, t.prompt_len, t.output_len, i, prefix, hasher))
             rep.arrival_step[rid] = step
             if aborts and i in aborts:
                 abort_at.setdefault(step + aborts[i], []).append(rid)
@@ -222,16 +244,17 @@ def replay(
         t0 = time.perf_counter_ns()
         out = sched.schedule(th)
         rep.schedule_ns.append(time.perf_counter_ns() - t0)
-        prefill = decodes = 0
+        prefill = decodes = largest = 0
         for rid, n in out.num_scheduled_tokens.items():
             if rid in decoding:
                 decodes += 1
             else:
                 prefill += n
+                largest = max(largest, n)
         log = getattr(sched, "gate_log", None)
         rep.steps.append(
             Step(step, prefill, decodes, len(out.preempted_req_ids or ()),
-                 out.total_num_scheduled_tokens, log[-1] if log else None)
+                 out.total_num_scheduled_tokens, largest, log[-1] if log else None)
         )  # fmt: skip
         ids = list(out.num_scheduled_tokens)
         sampled = [[] if sched.requests[rid].is_prefill_chunk else [TOKEN] for rid in ids]

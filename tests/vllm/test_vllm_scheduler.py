@@ -203,6 +203,25 @@ def test_the_judge_catches_a_tampered_decision(run: Any) -> None:
     assert "agreement" in broken and "P4" not in broken
 
 
+def test_prefix_cache_hits_are_over_counted_so_the_gate_only_fires_earlier() -> None:
+    """With prefix caching on and a shared prompt prefix, vLLM prefills less than the
+    observation counts: w >= min(prefill scheduled, B) on firing steps, strictly more
+    on some. HOLD steps carry no prefill but one case vLLM's deferral path lets through
+    by design: a prompt cached but for its last token is admitted as a one-token step."""
+    trace = WORKLOADS["chat"].trace(6, 150)
+    sched = build(_gated(False), Limits(prefix_caching=True), {})
+    rep = replay(sched, trace, shared_prefix=96)
+    B = sched.gate_config.dense_tokens
+    fired = [s for s in rep.steps if s.gate.fire and _clean(s)]
+    assert all(s.gate.waiting_tokens >= min(s.prefill_tokens, B) for s in fired)
+    assert any(s.gate.waiting_tokens > min(s.prefill_tokens, B) for s in fired)
+    holds = [s for s in rep.steps if not s.gate.fire]
+    assert holds and all(s.largest_prefill <= 1 for s in holds)
+    done = [rid for rid, why in rep.finished.items() if why == "LENGTH"]
+    assert len(done) == len(trace)
+    assert all(len(rep.outputs[str(i)]) == t.output_len for i, t in enumerate(trace))
+
+
 # -- agreement with densegate's own scheduler -----------------------------------------
 
 
