@@ -189,6 +189,13 @@ def _cached(key: tuple[Any, ...], machine: Machine, run: Callable[[], CheckResul
     return r
 
 
+def _describe(t: z3.BoolRef, width: int = 200) -> str:
+    """A trigger as text: z3's own printing when short (it is slow on big terms)."""
+    raw = t.sexpr()
+    text = " ".join((str(t) if len(raw) <= 2 * width else raw).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def _sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     """Premise satisfiable, each trigger reachable in it, exactly one command enabled."""
     u = _Unroller(machine, ob.monitors)
@@ -206,8 +213,7 @@ def _sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     )
     for i, t in enumerate(triggers):
         r = _satisfiable(f"trigger {i + 1}", [*premise, t])
-        cond = " ".join(str(t).split())
-        cond = cond if len(cond) <= 200 else cond[:197] + "..."
+        cond = _describe(t)
         r.reason = f"{cond}; {r.reason}" if r.reason else cond
         checks.append(r)
     one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1

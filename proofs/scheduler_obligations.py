@@ -241,7 +241,9 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         machine=TTFT_SCHEDULER,
         prop=ttft_prop,
         invariant=_ttft_inv,
-        mutants=[_TTFT_MUTANTS[m] for m in ("gate_hold_not_counted", "gate_budget_off_by_one")],
+        # (the gate that never counts holds, S5's mutant, breaks S6 too, but its
+        # shortest trace here costs 5-20 s of bounded model checking)
+        mutants=[_TTFT_MUTANTS["gate_budget_off_by_one"]],
         monitors=ttft_monitors(TTFT_SLOTS),
         lemmas=[closed_form],
         readable=_readable,

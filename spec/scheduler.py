@@ -214,7 +214,24 @@ class SchedulerMachine(Machine):
             cons.append(z3.Implies(abort[i], z3.Or(st[i] == WAITING, st[i] == RUNNING)))
         return z3.And(*cons)
 
+    def _key(self, p: Vars, s: Vars, o: Vars) -> tuple[int, ...]:
+        return tuple(x.get_id() for d in (p, s, o) for x in d.values())
+
     def plan(self, p: Vars, s: Vars, o: Vars) -> PassPlan:
+        """Steps 0-3 over the given terms; built once per distinct (p, s, o).
+
+        Properties, monitors and the transition relation all ask for the same
+        plan; building the terms is most of a scheduler proof's Python time.
+        """
+        cache: dict[tuple[int, ...], tuple[tuple[Vars, ...], PassPlan]]
+        cache = self.__dict__.setdefault("_plan_cache", {})
+        key = self._key(p, s, o)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = ((p, s, o), self._plan(p, s, o))
+        return hit[1]
+
+    def _plan(self, p: Vars, s: Vars, o: Vars) -> PassPlan:
         R, bs = self.R, self.bs
         P = self.slot(p, "P")
         st, c, g, b = (self.slot(s, k) for k in _SLOT_STATE)
@@ -296,6 +313,15 @@ class SchedulerMachine(Machine):
         )  # fmt: skip
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
+        cache: dict[tuple[int, ...], tuple[tuple[Vars, ...], list[Command]]]
+        cache = self.__dict__.setdefault("_command_cache", {})
+        key = self._key(p, s, o)
+        hit = cache.get(key)
+        if hit is None:
+            hit = cache[key] = ((p, s, o), self._commands(p, s, o))
+        return hit[1]
+
+    def _commands(self, p: Vars, s: Vars, o: Vars) -> list[Command]:
         plan = self.plan(p, s, o)
         w, d = self.observe(p, plan)
         gp = {"B": p["B"], "K": p["K"], "enabled": p["enabled"]}
