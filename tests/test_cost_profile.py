@@ -63,6 +63,9 @@ def test_model_dir_shape_and_its_errors(tmp_path: Path) -> None:
                 "num_attention_heads": 4,
                 "num_key_value_heads": 2,
                 "intermediate_size": 48,
+                "max_position_embeddings": 256,
+                "rms_norm_eps": 1e-5,
+                "rope_theta": 10000.0,
             }
         )
     )

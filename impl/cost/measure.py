@@ -11,7 +11,6 @@ torch is imported only when a grid runs.
 from __future__ import annotations
 
 import itertools
-import json
 import random
 import statistics
 from collections.abc import Callable, Sequence
@@ -157,25 +156,14 @@ def time_grid(
 
 
 def model_config_from_dir(directory: str | Path) -> Any:
-    """A ``ModelConfig`` of the shape in ``DIR/config.json`` (Hugging Face Llama keys).
+    """The ``ModelConfig`` of a Hugging Face checkpoint's ``config.json`` (the runner's own
+    reader). Only the shape is used: timing depends on it, not on the weights' values."""
+    from densegate.impl.runners.hf_config import read_config
 
-    Only the shape is read: timing depends on it, not on the weights' values."""
-    from densegate.impl.runners.model import ModelConfig
-
-    path = Path(directory) / "config.json"
     try:
-        c = json.loads(path.read_text())
-        return ModelConfig(
-            vocab_size=int(c["vocab_size"]),
-            hidden=int(c["hidden_size"]),
-            n_layers=int(c["num_hidden_layers"]),
-            n_heads=int(c["num_attention_heads"]),
-            n_kv_heads=int(c.get("num_key_value_heads", c["num_attention_heads"])),
-            head_dim=int(c.get("head_dim") or 0),
-            ffn_hidden=int(c["intermediate_size"]),
-        )
-    except (OSError, KeyError, TypeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: cannot read a model shape ({e!r})") from e
+        return read_config(directory).config
+    except (ValueError, OSError) as e:
+        raise ValueError(f"{directory}: cannot read a model shape ({e})") from e
 
 
 def profile_torch(
