@@ -77,7 +77,7 @@ class Mutator(ast.NodeTransformer):
 def mutate(module: types.ModuleType, scope: str, kind: str, index: int) -> ast.Module:
     """``module``'s source with one mutation applied; fails if it found nothing to change."""
     m = Mutator(scope, kind, index)
-    tree = ast.fix_missing_locations(m.visit(ast.parse(inspect.getsource(module))))
+    tree: ast.Module = ast.fix_missing_locations(m.visit(ast.parse(inspect.getsource(module))))
     assert m.applied, f"mutation {kind}#{index} found nothing to change"
     return tree
 

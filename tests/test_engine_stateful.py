@@ -202,8 +202,9 @@ class EngineCalls(RuleBasedStateMachine):
             assert {m.request_id for m in self.eng.all_metrics()} == before
             return
         out = self.eng.generate(prompts, most)
-        self.plan = None
-        self._closed()
+        if prompts:  # it stepped: an open plan was dropped, its deferred aborts ended
+            self.plan = None
+            self._closed()
         assert [len(o) for o in out] == [most] * len(prompts)
         new = [m for m in self.eng.all_metrics() if m.request_id not in before]
         assert len(new) == len(prompts) and all(m.status is RequestStatus.FINISHED for m in new)

@@ -18,6 +18,10 @@ _BREAK = "if need > free:\n                    break"
 _FREE = "        self.blocks.free(r.block_table)\n"
 _FINISH = f"{_FREE}        r.status = RequestStatus.FINISHED"
 _BUDGET = "max_num_batched_tokens - len(decodes)"
+# A preempted request comes back with output tokens to recompute: its blocks must
+# hold prompt + output, not the prompt alone.
+_RESERVE = "self.blocks.allocate(r.block_table, r.num_tokens)"
+_PROMPT = "len(r.prompt_token_ids)"
 MUTANTS = [
     ("preempt_oldest", "victim = running[-1]", "victim = running[0]"),
     ("uncapped_observation", "min(planned, self._dense)", "planned"),
@@ -27,6 +31,8 @@ MUTANTS = [
     ("slots_ignored", "if slots == 0 or budget == 0:", "if budget == 0:"),
     ("decode_not_advanced", "r.num_computed = pos + 1", "r.num_computed = pos"),
     ("finish_keeps_blocks", _FINISH, _FINISH.replace(_FREE, "")),
+    ("prompt_only_reservation", _RESERVE, _RESERVE.replace("r.num_tokens", _PROMPT)),
+    ("prompt_only_fit", "need = bm.blocks_for(total)", f"need = bm.blocks_for({_PROMPT})"),
 ]
 
 
