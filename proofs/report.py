@@ -14,8 +14,15 @@ __all__ = ["print_report", "render_trace", "to_json"]
 _STYLE = {"proved": "green", "refuted": "green", "failed": "red", "survived": "red"}
 
 
+def _about(r: ObligationResult) -> str:
+    """Whether the obligation is about the Z3 model (spec/) or the shipped Python (impl/)."""
+    return "code" if r.level == "refinement" else "model"
+
+
 def _scope(r: ObligationResult) -> str:
     base = "all parameters" if r.bound is None else f"bounded: {r.bound}"
+    if r.scope and _about(r) == "code":
+        return f"{base}; {r.scope}"
     return f"{base}; fixed: {r.scope}" if r.scope else base
 
 
@@ -72,6 +79,7 @@ def to_json(results: list[ObligationResult], seconds: float) -> dict[str, Any]:
             {
                 "id": r.id,
                 "level": r.level,
+                "about": _about(r),
                 "statement": r.statement,
                 "status": r.status,
                 "seconds": round(r.seconds, 4),
@@ -135,7 +143,8 @@ def print_report(
     results: list[ObligationResult], seconds: float, console: Console, traces: bool
 ) -> None:
     table = Table(title="densegate prove", title_justify="left")
-    for col in ("id", "level", "statement", "result", "seconds", "scope", "mutants", "non-vacuity"):
+    cols = ("id", "level", "about", "statement", "result", "seconds", "scope", "mutants")
+    for col in (*cols, "non-vacuity"):
         table.add_column(col, overflow="fold")
     for r in results:
         refuted = sum(m.status == "refuted" for m in r.mutants)
@@ -144,6 +153,7 @@ def print_report(
         table.add_row(
             r.id,
             r.level,
+            _about(r),
             r.statement,
             f"[{style}]{r.status}[/]",
             f"{r.seconds:.3f}",

@@ -22,6 +22,7 @@ from densegate.spec.dp_gate import DP
 from densegate.spec.gate import GATE
 from densegate.spec.machine import evaluate
 from densegate.spec.properties import statement
+from densegate.testing.strategies import GateRun, Observation
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +42,7 @@ def test_shipped_code_proved_on_every_path(results: dict[str, ObligationResult],
     r = results[rid]
     assert r.status == "proved", [(c.name, c.status, c.reason) for c in r.checks]
     assert r.checks and all(c.status == "unsat" for c in r.checks)
-    assert r.scope is not None and r.scope.startswith("code:")
+    assert r.scope is not None and r.scope.startswith("impl/")
 
 
 def _r1_disagrees(cls: type, entry: str, row: dict[str, Any], p: dict[str, Any]) -> bool:
@@ -113,3 +114,62 @@ def test_a_path_that_cannot_be_explored_is_unknown_never_proved() -> None:
     out = explore(gate.R1_CHECKS["decide_counts"](_Opaque), max_iterations=40)
     assert out.status == "unknown", out
     assert "not every path explored" in out.detail
+
+
+# -- conform --prove: the kit's properties, symbolically, for anyone's gate ------------------
+
+
+@pytest.fixture(scope="module")
+def proved() -> dict[str, Any]:
+    from densegate.impl.baselines.policies import POLICIES
+    from densegate.proofs.refinement.conform import prove_conforms
+
+    return {n: prove_conforms(POLICIES[n], passes=1, name=n) for n in POLICIES}
+
+
+def test_prove_conforms_densegate_proved(proved: dict[str, Any]) -> None:
+    r = proved["densegate"]
+    assert r.proved, r.format()
+    assert "runs of up to 1 passes" in r.format()
+
+
+@pytest.mark.parametrize(
+    ("policy", "refuted"), [("original", {"P2", "P6", "agreement"}), ("legacy", {"agreement"})]
+)
+def test_prove_conforms_refutes_with_runs_the_sampled_kit_confirms(
+    proved: dict[str, Any], policy: str, refuted: set[str]
+) -> None:
+    from densegate.impl.baselines.policies import POLICIES
+    from densegate.testing.driver import Driver
+
+    r = proved[policy]
+    assert not r.proved
+    assert {x.prop.id for x in r.results if x.status == "refuted"} == refuted, r.format()
+    assert all(x.status == "proved" for x in r.results if x.prop.id not in refuted)
+    for x in r.results:
+        if x.status == "refuted":
+            run = x.run
+            obs = tuple(Observation(p[0], p[1], *(p[2:] or (p[1], p[0]))) for p in run["passes"])
+            cfg = GateConfig(run["B"], run["K"], run["enabled"])
+            assert x.prop.id in Driver(POLICIES[policy]).outcome(GateRun(cfg, obs)).first
+
+
+def test_conform_prove_cli_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    from densegate.cli import main as cli
+
+    rc = cli.main(["conform", "--prove", "--passes", "1", "--policies", "legacy"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "agreement with spec           refuted" in out
+    assert cli.main(["conform", "--prove"]) == 2
+
+
+def test_report_says_code_for_refinement_and_model_for_the_rest(
+    results: dict[str, ObligationResult],
+) -> None:
+    from densegate.proofs.prover import prove as prove_model
+    from densegate.proofs.report import to_json
+
+    p2 = next(o for o in obligations(["gate"]) if o.id == "P2")
+    doc = to_json([results["R1"], prove_model(p2)], 0.0)  # type: ignore[arg-type]
+    assert [o["about"] for o in doc["obligations"]] == ["code", "model"]

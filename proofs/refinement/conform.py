@@ -18,9 +18,13 @@ and is one symbolic question per path; a property is
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import z3
@@ -210,17 +214,14 @@ def _check(factory: GateFactory, pid: str, passes: int, raw: bool) -> Callable[.
     return scope["check"]  # type: ignore[no-any-return]
 
 
-_SOURCES: dict[str, str] = {}
-
-
 def _compile_check(src: str, env: dict[str, Any], scope: dict[str, Any]) -> None:
-    """Compile a generated check under a file name ``linecache`` can show CrossHair."""
-    import linecache
-
-    name = f"<densegate-conform-check-{len(_SOURCES)}>"
-    _SOURCES[name] = src
-    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
-    exec(compile(src, name, "exec"), env, scope)
+    """Compile a generated check from a real file: CrossHair tells a failure in the body from
+    one in the precondition by the traceback's line in the check's own source file."""
+    folder = Path(tempfile.gettempdir()) / f"densegate-conform-{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"check_{hashlib.sha1(src.encode()).hexdigest()[:16]}.py"
+    path.write_text(src)
+    exec(compile(src, str(path), "exec"), env, scope)
 
 
 def _replay_flags(factory: GateFactory, run: dict[str, Any]) -> dict[str, tuple[int, str]]:

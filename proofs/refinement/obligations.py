@@ -21,6 +21,9 @@ from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import Outcome, explore
 from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
+from densegate.spec.dp_gate import DP
+from densegate.spec.gate import GATE
+from densegate.spec.machine import Machine
 from densegate.spec.properties import statement
 
 __all__ = ["REFINEMENT_OBLIGATIONS", "RefinementObligation"]
@@ -44,6 +47,8 @@ class RefinementObligation:
     replay: Replayer
     mutants: Sequence[CodeMutant]
     scope: str
+    machine: Machine
+    """The spec machine refined (``densegate prove --jobs`` groups obligations by it)."""
     level: str = "refinement"
 
     def _trace(self, via: str, witness: Mapping[str, Any], seen: Replay, why: str) -> Trace:
@@ -118,8 +123,8 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         ("B", "K", "enabled"),
         gate.replay,
         gate.R1_MUTANTS,
-        "code: impl/gate.py PrefillGate, symbolic execution (CrossHair) of every path; "
-        "unbounded ints",
+        "impl/gate.py PrefillGate, symbolic execution (CrossHair) of every path; unbounded ints",
+        GATE,
     ),
     RefinementObligation(
         "R2",
@@ -129,7 +134,8 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         dp_gate.PARAMS,
         dp_gate.replay,
         dp_gate.R2_MUTANTS,
-        "code: impl/dp_gate.py AlignedGate, symbolic execution (CrossHair) of every path; "
+        "impl/dp_gate.py AlignedGate, symbolic execution (CrossHair) of every path; "
         "unbounded ints, any N >= 1; fill_tokens taken as T in [1, B], not executed",
+        DP,
     ),
 ]

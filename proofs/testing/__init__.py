@@ -3,7 +3,10 @@
 ``check_gate(factory)`` reports, property by property (P1-P7 and agreement
 with the spec), whether the gates ``factory(GateConfig)`` builds behave like
 the proved machine, with a shrunk run for each violation; ``assert_conforms``
-is the pytest form and ``densegate conform`` the command-line one. The
+is the pytest form and ``densegate conform`` the command-line one.
+``prove_conforms(factory)`` checks the same properties symbolically (CrossHair):
+proved for every input of runs of a given length, refuted with a run, or out
+of reach with the reason (``densegate conform --prove``). The
 strategies that drive it are exported for reuse, and ``densegate.impl.baselines.policies``
 holds the reference policies it is usually run against.
 
@@ -17,6 +20,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from densegate.proofs.refinement.conform import ProofReport, prove_conforms
     from densegate.testing.conformance import (
         DEFAULT_MAX_EXAMPLES,
         PROPERTIES,
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
     )
 
 _WHERE = {
+    "densegate.proofs.refinement.conform": ("ProofReport", "prove_conforms"),
     "densegate.testing.conformance": (
         "DEFAULT_MAX_EXAMPLES",
         "PROPERTIES",
@@ -79,6 +84,7 @@ __all__ = [
     "GateRun",
     "Observation",
     "PassRecord",
+    "ProofReport",
     "Property",
     "PropertyResult",
     "Segment",
@@ -90,6 +96,7 @@ __all__ = [
     "gate_runs",
     "observation_runs",
     "observations",
+    "prove_conforms",
     "segments",
 ]
 assert sorted(__all__) == sorted(_MODULE)
