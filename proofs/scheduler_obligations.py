@@ -16,7 +16,13 @@ import z3
 
 from densegate.proofs.prover import Monitor, Obligation, Step
 from densegate.proofs.scheduler_mutants import scheduler_mutants
-from densegate.proofs.scheduler_ttft import closed_form, ttft_invariant, ttft_monitors, ttft_prop
+from densegate.proofs.scheduler_ttft import (
+    closed_form,
+    ttft_invariant,
+    ttft_monitors,
+    ttft_prop,
+    ttft_triggers,
+)
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import (
     NOT_ARRIVED,
@@ -37,7 +43,7 @@ __all__ = [
 
 SLOTS = 4
 TTFT_SLOTS = 3
-"""S6 carries nine window monitors; at 4 slots its consecution query costs minutes."""
+"""S6 adds twelve window monitors; at 4 slots its consecution exhausts the rlimit."""
 BLOCK_SIZE = 2
 SCHEDULER = SchedulerMachine(SLOTS, BLOCK_SIZE)
 TTFT_SCHEDULER = SchedulerMachine(TTFT_SLOTS, BLOCK_SIZE)
@@ -234,10 +240,11 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         id="S6",
         level="scheduler",
         statement="time to first token: from the pass a request becomes head of the queue "
-        "to its first token, with no preemption or abort in between, at most "
-        "K*F + D + 1 passes, where the F prefill fires satisfy c*F < O + P + 2c, "
-        "so F <= ceil((O+P)/c) + 1 (O: prefill owed by running requests and D: their "
-        "longest remaining output, both at headship; P: its prompt; c = min(cap, T-S+1))",
+        "to its first token, with no preemption or abort in between, at most K*F + D + 1 "
+        "passes, and K*F + K if it never waited for capacity (nothing planned: EMPTY), "
+        "where the F prefill fires satisfy c*F < O + P + 2c, so F <= ceil((O+P)/c) + 1 "
+        "(O: prefill owed by running requests and D: their longest remaining output, both "
+        "at headship; P: its prompt; c = min(cap, T-S+1))",
         machine=TTFT_SCHEDULER,
         prop=ttft_prop,
         invariant=_ttft_inv,
@@ -246,6 +253,7 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         mutants=[_TTFT_MUTANTS["gate_budget_off_by_one"]],
         monitors=ttft_monitors(TTFT_SLOTS),
         lemmas=[closed_form],
+        triggers=ttft_triggers(),
         readable=_readable,
         trace_depth=10,
         scope=_TTFT_SCOPE,

@@ -11,13 +11,19 @@ the passes it took (both ends included) are at most
 
 with ``O`` the prefill owed by running requests and ``D`` the longest remaining
 output (``max_tokens`` minus tokens generated) among them, both when the window
-opened, and ``P`` the prompt of ``t``. The argument the invariant records: a
-window pass either has prefill owed at or before ``t`` (a PW pass: every such
-pass is planned prefill, each fire runs at least ``min(owed, c)`` of it, at
-most two fires run less, and at most K-1 holds precede a fire) or not (``t``
-waits and every running request decodes, so there are at most ``D + 1`` of
-them, the last admitting ``t``). Monitors: ``wt`` passes, ``nf`` PW fires,
-``np`` other passes, ``hpw`` PW holds since the last fire, ``sh`` short fires.
+opened, and ``P`` the prompt of ``t``; and at most ``K * (ceil((O + P) / c) +
+2)`` if no pass of the window was a *capacity wait* (``t`` waiting with nothing
+owed ahead and not fitting, which the gate sees as nothing planned: EMPTY).
+
+The argument the invariant records: a window pass either has prefill owed at
+or before ``t`` (a PW pass: every such pass is planned prefill, each fire runs
+at least ``min(owed, c)`` of it, at most two fires run less, and at most K-1
+holds precede a fire) or not (``t`` waits and every running request decodes,
+so there are at most ``D + 1`` of them, the last admitting ``t``; without a
+capacity wait they are one run of holds, at most K with the admitting fire).
+Monitors: ``wt`` passes, ``nf`` PW fires (``kn``, ``cn``: K and c per fire,
+kept linear), ``np`` other passes, ``hpw`` PW holds since the last fire, ``sh``
+short fires, ``cw`` capacity waits, ``w0 = O + P`` and ``d0 = D``.
 """
 
 from __future__ import annotations
@@ -27,10 +33,18 @@ from collections.abc import Callable, Sequence
 import z3
 
 from densegate.proofs.obligation import Monitor, Step
+from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import RUNNING, WAITING, PassPlan, SchedulerMachine
 
-__all__ = ["chunk_room", "closed_form", "ttft_invariant", "ttft_monitors", "ttft_prop"]
+__all__ = [
+    "chunk_room",
+    "closed_form",
+    "ttft_invariant",
+    "ttft_monitors",
+    "ttft_prop",
+    "ttft_triggers",
+]
 
 
 def _at(xs: Sequence[z3.ExprRef], t: z3.ArithRef) -> z3.ExprRef:
@@ -98,6 +112,9 @@ class _Pass:
         self.pw_fire = z3.And(self.pw, fire)
         ran = z3.Sum([z3.If(z3.And(fire, i <= t), plan.chunk[i], 0) for i in range(R)])
         self.short = z3.And(self.pw_fire, ran < chunk_room(p))
+        # a capacity wait: t waits with nothing owed ahead and does not fit, so
+        # nothing is planned and the gate fires EMPTY (the only EMPTY a window sees)
+        self.capacity_wait = z3.And(z3.Not(self.pw), st.out["reason"] == reason("EMPTY"))
         self.sample = _at([st.s2[f"g{i}"] for i in range(R)], t) > _at(plan.g, t)
         self.work0 = oa + _at([p[f"P{i}"] for i in range(R)], t)
         longest: z3.ArithRef = z3.IntVal(0)
@@ -170,6 +187,7 @@ def ttft_monitors(slots: int) -> list[Monitor]:
         _counter("cn", _when(lambda w: w.pw_fire, chunk_room)),
         _counter("np", _by(lambda w: z3.Not(w.pw))),
         _counter("sh", _by(lambda w: w.short)),
+        _counter("cw", _by(lambda w: w.capacity_wait)),
         Monitor("hpw", z3.Int, lambda p: z3.IntVal(0), _hpw),
         _ghost("w0", lambda w: w.work0),
         _ghost("d0", lambda w: w.longest),
@@ -214,6 +232,12 @@ def ttft_invariant(machine: SchedulerMachine):  # type: ignore[no-untyped-def]
             s["sh"] >= 0,
             s["sh"] <= 1,
             z3.Implies(s["sh"] == 1, oa == 0),
+            # no capacity wait yet: the waiting-with-nothing-owed passes are one run of
+            # holds (counted by h) ended by the fire that admits t
+            s["cw"] >= 0,
+            z3.Implies(s["cw"] == 0, s["np"] <= K),
+            z3.Implies(z3.And(s["cw"] == 0, waiting, oa == 0), s["np"] <= s["h"]),
+            z3.Implies(z3.And(waiting, oa > 0), s["np"] == 0),
             s["cn"] <= s["w0"] - now + z3.If(s["sh"] == 1, room, 0),
         )
         return z3.And(
@@ -236,6 +260,7 @@ def ttft_prop(st: Step) -> z3.BoolRef:
             s2["cn"] < s2["w0"] + 2 * room,
             s2["kn"] == p["K"] * s2["nf"],
             s2["cn"] == room * s2["nf"],
+            z3.Implies(s2["cw"] == 0, s2["wt"] <= s2["kn"] + p["K"]),
         ),
     )
 
@@ -246,3 +271,15 @@ def closed_form() -> z3.BoolRef:
     K, c, F, W, q = z3.Ints("K c F W q")
     given = z3.And(K >= 1, c >= 1, F >= 0, W >= 1, c * (q - 1) < W, c * q >= W, c * F < W + 2 * c)
     return z3.ForAll([K, c, F, W, q], z3.Implies(given, K * (q + 1) >= K * F))
+
+
+def ttft_triggers() -> list[Callable[[Step], z3.BoolRef]]:
+    """Windows that close, with and without a capacity wait: both conclusions must bite."""
+
+    def closes(st: Step) -> z3.BoolRef:
+        return z3.And(_pass(st).live, _pass(st).sample)
+
+    return [
+        lambda st: z3.And(closes(st), st.s2["cw"] == 0),
+        lambda st: z3.And(closes(st), st.s2["cw"] > 0),
+    ]

@@ -24,19 +24,24 @@ from densegate.impl.traces.workload import TraceRequest
 __all__ = ["HeadWindow", "PassStats", "run_trace", "s6_figures", "summarize", "ttft_bound_passes"]
 
 
-def ttft_bound_passes(cfg: SchedulerConfig, owed: int, prompt: int, longest: int) -> int:
+def ttft_bound_passes(
+    cfg: SchedulerConfig, owed: int, prompt: int, longest: int, capacity_wait: bool = True
+) -> int:
     """S6's bound on the passes from becoming head of the queue to the first token.
 
-    ``K (ceil((owed + prompt) / c) + 1) + longest + 1`` with ``c = min(cap, T - S
-    + 1)``, ``owed`` the prefill tokens running requests still owe and
-    ``longest`` their longest remaining output, both when the request became
-    head. ``densegate prove`` proves it (obligation S6, for the scope it
-    prints) for a window with no preemption and no abort; ``arrivals`` behind
-    the request are allowed.
+    ``K (q + 1) + longest + 1`` with ``q = ceil((owed + prompt) / c)``, ``c =
+    min(cap, T - S + 1)``, ``owed`` the prefill tokens running requests still
+    owe and ``longest`` their longest remaining output, both when the request
+    became head; ``K (q + 2)`` if smaller and no pass of the window was a
+    capacity wait (an EMPTY pass: the head did not fit and nothing was owed).
+    ``densegate prove`` proves both (obligation S6, for the scope it prints)
+    for a window with no preemption and no abort; arrivals behind are allowed.
     """
     s, t, k = cfg.max_num_seqs, cfg.max_num_batched_tokens, cfg.max_hold_passes
     c = min(cfg.chunk_cap, t - s + 1)
-    return k * (-(-(owed + prompt) // c) + 1) + longest + 1
+    q = -(-(owed + prompt) // c)
+    general = k * (q + 1) + longest + 1
+    return general if capacity_wait else min(general, k * (q + 2))
 
 
 @dataclass
@@ -80,6 +85,7 @@ class PassStats:
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
     preempted: int = 0
     preempting_passes: set[int] = field(default_factory=set)
+    empty_passes: set[int] = field(default_factory=set)
     heads: dict[tuple[str, int], HeadWindow] = field(default_factory=dict)
 
     def observe(self, rec: PassRecord) -> None:
@@ -88,6 +94,8 @@ class PassStats:
         self.preempted += rec.preempted
         if rec.preempted:
             self.preempting_passes.add(rec.index)
+        if rec.reason.name == "EMPTY":
+            self.empty_passes.add(rec.index)
         if rec.prefill_tokens:
             self.prefill_passes += 1
             self.fill_sum += min(1.0, rec.prefill_tokens / self.dense_tokens)
@@ -203,7 +211,8 @@ def s6_figures(cfg: SchedulerConfig, reqs: Sequence[Any], stats: PassStats) -> d
 
     A window runs from ``head_pass`` to ``first_token_pass``; one with a
     preempting pass inside (or a preempted request) is outside S6's premise and
-    only counted. ``worst_ratio`` is the largest wait / bound.
+    only counted. One with an EMPTY pass inside gets the bound with ``D``.
+    ``worst_ratio`` is the largest wait / bound.
     """
     rows: list[dict[str, Any]] = []
     disturbed = 0
@@ -216,7 +225,8 @@ def s6_figures(cfg: SchedulerConfig, reqs: Sequence[Any], stats: PassStats) -> d
             disturbed += 1
             continue
         wait = r.first_token_pass - r.head_pass + 1
-        bound = ttft_bound_passes(cfg, w.owed, w.prompt, w.longest)
+        capacity_wait = any(i in stats.empty_passes for i in span)
+        bound = ttft_bound_passes(cfg, w.owed, w.prompt, w.longest, capacity_wait)
         rows.append({"request_id": r.request_id, "wait": wait, "bound": bound,
                      "owed": w.owed, "prompt": w.prompt, "longest": w.longest})  # fmt: skip
     worst = max(rows, key=lambda x: x["wait"] / x["bound"], default=None)
