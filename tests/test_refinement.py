@@ -173,3 +173,20 @@ def test_report_says_code_for_refinement_and_model_for_the_rest(
     p2 = next(o for o in obligations(["gate"]) if o.id == "P2")
     doc = to_json([results["R1"], prove_model(p2)], 0.0)  # type: ignore[arg-type]
     assert [o["about"] for o in doc["obligations"]] == ["code", "model"]
+
+
+def test_an_unexplored_check_makes_the_obligation_unknown_and_the_run_fail(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from densegate.cli import main as cli
+    from densegate.proofs.refinement import obligations as robs
+    from densegate.proofs.refinement.symbolic import Outcome
+
+    monkeypatch.setattr(
+        robs, "explore", lambda check, **kw: Outcome("unknown", 0.0, 5, None, "cap")
+    )
+    r = robs.REFINEMENT_OBLIGATIONS[0].prove()
+    assert r.status == "unknown" and not r.ok
+    assert all(m.status == "unknown" for m in r.mutants)
+    assert cli.main(["prove", "--level", "refinement", "--only", "R1", "--jobs", "1"]) == 1
+    assert "unknown" in capsys.readouterr().out
