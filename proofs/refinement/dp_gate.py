@@ -11,8 +11,9 @@ The number of ranks is a symbolic int, so this is for every N, not a sampled few
 
 What is taken as given rather than executed: the config's ``fill_tokens``
 (``ceil(target_fill * B)``, exact rational arithmetic CrossHair would have to
-make concrete) is read as the spec's parameter T, any int in [1, B]; the gate's
-constructor, the reduced vector's validation and the decision all run as shipped.
+make concrete) is read as the spec's parameter T, any int in [1, B]. The gate's
+constructor and ``decide`` run as shipped; the config's and reduced vector's
+validating constructors run in a check of their own (``inputs``).
 """
 
 from __future__ import annotations
@@ -53,29 +54,70 @@ def _pre(v: dict[str, z3.ExprRef]) -> z3.BoolRef:
     )  # fmt: skip
 
 
-def _run(cls: type, v: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    """Build the gate, put it in state (h, q, g), decide once: (fresh state, decision, next)."""
-    config = _Config(v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"])
+_CONFIG_FIELDS = ("dense_tokens", "max_hold_passes", "enabled", "target_fill", "stall_ticks")
+_REDUCED_FIELDS: tuple[str, ...] = (
+    "ranks",
+    "waiting_ranks",
+    "waiting_tokens",
+    "decode_seqs",
+    "kv_pressure_ranks",
+    "partial_prefill_ranks",
+)
+
+
+def _unvalidated(cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:
+    """A frozen dataclass instance with these fields, its ``__post_init__`` validation skipped."""
+    obj: Any = object.__new__(cls)
+    for name, value in zip(names, values, strict=True):
+        object.__setattr__(obj, name, value)
+    return obj
+
+
+def _inputs(v: Mapping[str, Any], validated: bool) -> tuple[Any, Any]:
+    """The config and reduced vector; ``validated`` runs their shipped constructors."""
+    cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"])
+    red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"])
+    if validated:
+        config, reduced = _Config(*cfg), ReducedObservation(*red)
+    else:
+        config = _unvalidated(_Config, (*_CONFIG_FIELDS, "kv_pressure_valve"), cfg)
+        reduced = _unvalidated(ReducedObservation, _REDUCED_FIELDS, red)
     object.__setattr__(config, "_T", v["T"])
+    return config, reduced
+
+
+def _run(cls: type, v: Mapping[str, Any], validated: bool = True) -> tuple[Any, Any, Any]:
+    """Build the gate, put it in state (h, q, g), decide once: (fresh state, decision, next)."""
+    config, reduced = _inputs(v, validated)
     gate = cls(config, v["N"])
     fresh = gate.state
     gate._h, gate._last_fill, gate._grew_at = v["h"], v["q"], v["g"]
-    reduced = ReducedObservation(v["N"], v["W"], v["F"], v["D"], v["P"], v["C"])
     decision = gate.decide(reduced, v["t"])
     return fresh, decision, gate.state
 
 
+def _values(
+    B: int, K: int, N: int, T: int, S: int, kv: bool, enabled: bool,
+    h: int, q: int, g: int, W: int, F: int, D: int, P: int, C: int, t: int,
+) -> dict[str, Any]:  # fmt: skip
+    return {
+        "B": B, "K": K, "N": N, "T": T, "S": S, "kv": kv, "enabled": enabled,
+        "h": h, "q": q, "g": g, "W": W, "F": F, "D": D, "P": P, "C": C, "t": t,
+    }  # fmt: skip
+
+
 def _check(cls: type) -> Callable[..., None]:
+    """The step: the gate's constructor and ``decide`` as shipped, on inputs whose own
+    validation the ``inputs`` check covers (running it on every path here would triple
+    the cost of each path and prove nothing more)."""
+
     def check(
         B: int, K: int, N: int, T: int, S: int, kv: bool, enabled: bool,
         h: int, q: int, g: int, W: int, F: int, D: int, P: int, C: int, t: int,
     ) -> None:  # fmt: skip
         assert admit(_pre, B=B, K=K, N=N, T=T, S=S, h=h, W=W, F=F, D=D, P=P, C=C, t=t)
-        v = {
-            "B": B, "K": K, "N": N, "T": T, "S": S, "kv": kv, "enabled": enabled,
-            "h": h, "q": q, "g": g, "W": W, "F": F, "D": D, "P": P, "C": C, "t": t,
-        }  # fmt: skip
-        fresh, dec, nxt = guarded(lambda: _run(cls, v), v)
+        v = _values(B, K, N, T, S, kv, enabled, h, q, g, W, F, D, P, C, t)
+        fresh, dec, nxt = guarded(lambda: _run(cls, v, validated=False), v)
         p = {k: v[k] for k in PARAMS}
         init = DP.init(
             {k: term(x) for k, x in p.items()}, dict(zip(STATE, map(term, fresh), strict=True))
@@ -90,7 +132,30 @@ def _check(cls: type) -> Callable[..., None]:
     return check
 
 
-R2_CHECKS: dict[str, Callable[[type], Callable[..., None]]] = {"decide": _check}
+def _inputs_check(cls: type) -> Callable[..., None]:
+    """The config's and the reduced vector's shipped constructors accept every admitted
+    input and keep it as given (so the step check may build them without validating)."""
+
+    def check(
+        B: int, K: int, N: int, T: int, S: int, kv: bool, enabled: bool,
+        h: int, q: int, g: int, W: int, F: int, D: int, P: int, C: int, t: int,
+    ) -> None:  # fmt: skip
+        assert admit(_pre, B=B, K=K, N=N, T=T, S=S, h=h, W=W, F=F, D=D, P=P, C=C, t=t)
+        v = _values(B, K, N, T, S, kv, enabled, h, q, g, W, F, D, P, C, t)
+        config, reduced = guarded(lambda: _inputs(v, validated=True), v)
+        kept = [getattr(config, f) for f in _CONFIG_FIELDS] + [config.kv_pressure_valve]
+        kept += [getattr(reduced, f) for f in _REDUCED_FIELDS]
+        given = [B, K, enabled, 1, S, kv, N, W, F, D, P, C]
+        if not holds(z3.And(*[term(a) == term(b) for a, b in zip(kept, given, strict=True)])):
+            fail(v, "a constructor changed an input")
+
+    return check
+
+
+R2_CHECKS: dict[str, Callable[[type], Callable[..., None]]] = {
+    "decide": _check,
+    "inputs": _inputs_check,
+}
 """Entry point -> check of an AlignedGate-like class (the shipped one or a mutant)."""
 
 
@@ -100,7 +165,7 @@ def _text(fire: object, why: str, nxt: tuple[Any, ...]) -> str:
 
 
 def replay(cls: type, via: str, witness: Mapping[str, Any]) -> Replay:
-    """Run ``cls`` and the spec on the witness, outside CrossHair."""
+    """Run ``cls`` and the spec on the witness, outside CrossHair (constructors validating)."""
     v = witness
     try:
         fresh, dec, nxt = _run(cls, v)
