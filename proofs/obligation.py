@@ -84,3 +84,5 @@ class Obligation:
     triggers: Sequence[Prop] | None = None
     """Conditions that make the property bite (each must be reachable in the premise).
     ``None``: the antecedents of the property's top-level implications."""
+    trigger_names: Sequence[str] | None = None
+    """How the report names ``triggers`` (default: the condition as z3 prints it)."""

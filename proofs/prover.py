@@ -213,7 +213,8 @@ def _sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     )
     for i, t in enumerate(triggers):
         r = _satisfiable(f"trigger {i + 1}", [*premise, t])
-        cond = _describe(t)
+        names = ob.trigger_names
+        cond = names[i] if names is not None and i < len(names) else _describe(t)
         r.reason = f"{cond}; {r.reason}" if r.reason else cond
         checks.append(r)
     one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1

@@ -228,6 +228,7 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         _head_admitted,
         ["serialized_chunks", "gate_budget_off_by_one"],
         triggers=[_fitting_head_held],
+        trigger_names=["a head of the queue that fits is held"],
     ),
     _ob(
         "S5",
@@ -254,6 +255,10 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         monitors=ttft_monitors(TTFT_SLOTS),
         lemmas=[closed_form],
         triggers=ttft_triggers(),
+        trigger_names=[
+            "a window closes with no capacity wait",
+            "a window closes after a capacity wait",
+        ],
         readable=_readable,
         trace_depth=10,
         scope=_TTFT_SCOPE,
