@@ -102,19 +102,19 @@ def observe(sched: Any) -> StepObservation:
     if sched._pause_state == PauseState.PAUSED_ALL:
         return StepObservation(0, 0, False)
     running = sched.running
-    if not any(r.is_prefill_chunk for r in running):
-        room = sched.max_num_active_reqs - len(running) - sched.num_waiting_for_streaming_input
-        if room <= 0 or not (sched.waiting or sched.kv_holding_waiting):
-            # Nothing admissible: the gate fires EMPTY whatever decodes, so the
-            # walk is skipped and decode_seqs is the running count (an upper bound).
-            return StepObservation(0, len(running), False)
+    room = sched.max_num_active_reqs - len(running) - sched.num_waiting_for_streaming_input
+    queued = sched.waiting or sched.kv_holding_waiting
+    if (room <= 0 or not queued) and not any(r.is_prefill_chunk for r in running):
+        # Nothing admissible: the gate fires EMPTY whatever decodes, so the
+        # walk is skipped and decode_seqs is the running count (an upper bound).
+        return StepObservation(0, len(running), False)
     budget = int(sched.max_num_scheduled_tokens)
     max_len = int(sched.max_model_len)
     thr = _threshold(sched)
     kv = _Kv(sched)
     step = sched.current_step + 1  # schedule() counts the step before walking
     sampled = sched.num_sampled_tokens_per_step
-    running = list(running)
+    end = len(running)  # preemption takes from the end: running[end:] are the victims
     prefill = decodes = 0
     preempts = False
     exact = kv.exact
@@ -122,7 +122,7 @@ def observe(sched: Any) -> StepObservation:
     bs, la, free = kv.block_size, kv.lookahead, kv.free
     i = 0
     # One pass in vLLM's order; locals only, as this runs every step with decodes.
-    while i < len(running) and budget > 0:
+    while i < end and budget > 0:
         r = running[i]
         i += 1
         ph = r.num_output_placeholders
@@ -141,9 +141,9 @@ def observe(sched: Any) -> StepObservation:
             blocks = held_get(r.request_id)
             need = (done + n + la + bs - 1) // bs - (len(blocks) if blocks else 0)
             if need > free:
-                while need > free and running[-1] is not r:
-                    victim = running.pop()  # FCFS: vLLM preempts the newest running request
-                    free += kv.held(victim.request_id)
+                while need > free and end > i:  # r is running[i - 1]
+                    end -= 1  # FCFS: vLLM preempts the newest running request
+                    free += kv.held(running[end].request_id)
                     preempts = True
                 if need > free:
                     preempts = True  # r preempts itself; the running walk ends
@@ -158,7 +158,7 @@ def observe(sched: Any) -> StepObservation:
     kv.free = free
     if preempts:
         return StepObservation(prefill, decodes, True)
-    prefill += _admissions(sched, kv, budget, thr, len(running))
+    prefill += _admissions(sched, kv, budget, thr, end)
     return StepObservation(prefill, decodes, False)
 
 
