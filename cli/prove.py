@@ -28,9 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        default=0,
+        default=1,
         metavar="N",
-        help="worker processes (default 0: one per CPU); obligations sharing a machine "
+        help="worker processes (default 1; 0: one per CPU); obligations sharing a machine "
         "stay in one process so they share its proved invariant",
     )
 

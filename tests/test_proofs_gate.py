@@ -176,3 +176,18 @@ def test_unreachable_trigger_is_rejected_as_vacuous() -> None:
     r = prove(dataclasses.replace(p4, prop=never_fires_on_negative_d, mutants=[]))
     assert r.checks[-1].status == "unsat"  # holds, but only because d < 0 never happens
     assert r.status == "vacuous" and not r.ok
+
+
+def test_cli_worker_processes_give_the_same_results(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "--json", "--level", "gate", "--only", "P2,P4", "--jobs", "1"]) == 0
+    one = json.loads(capsys.readouterr().out)["obligations"]
+    args = ["prove", "--json", "--level", "gate", "--level", "dp", "--only", "P2,P4,D3"]
+    assert main([*args, "--jobs", "2"]) == 0
+    two = json.loads(capsys.readouterr().out)["obligations"]
+    assert [o["id"] for o in two] == ["P2", "P4", "D3"]
+    for a, b in zip(one, two[:2], strict=True):
+        assert (a["status"], a["triggers"], len(a["mutants"])) == (
+            b["status"],
+            b["triggers"],
+            len(b["mutants"]),
+        )
