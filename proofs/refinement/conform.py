@@ -19,7 +19,6 @@ and is one symbolic question per path; a property is
 from __future__ import annotations
 
 import hashlib
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -172,7 +171,9 @@ def _reads_raw(factory: GateFactory) -> bool:
         return False
 
 
-def _check(factory: GateFactory, pid: str, passes: int, raw: bool) -> Callable[..., None]:
+def _check(
+    factory: GateFactory, pid: str, passes: int, raw: bool, folder: Path
+) -> Callable[..., None]:
     def step(gate: Any, v: dict[str, Any], i: int) -> Any:
         inp = GateInput(v[f"w{i}"], v[f"d{i}"])
         if raw:
@@ -210,15 +211,13 @@ def _check(factory: GateFactory, pid: str, passes: int, raw: bool) -> Callable[.
     scope: dict[str, Any] = {}
     env: dict[str, Any] = {"admit": admit, "_pre": _pre, "guarded": guarded, "drive": drive}
     env.update({"holds": holds, "_judge": _judge, "pid": pid, "fail": fail})
-    _compile_check(src, env, scope)
+    _compile_check(src, env, scope, folder)
     return scope["check"]  # type: ignore[no-any-return]
 
 
-def _compile_check(src: str, env: dict[str, Any], scope: dict[str, Any]) -> None:
+def _compile_check(src: str, env: dict[str, Any], scope: dict[str, Any], folder: Path) -> None:
     """Compile a generated check from a real file: CrossHair tells a failure in the body from
     one in the precondition by the traceback's line in the check's own source file."""
-    folder = Path(tempfile.gettempdir()) / f"densegate-conform-{os.getpid()}"
-    folder.mkdir(exist_ok=True)
     path = folder / f"check_{hashlib.sha1(src.encode()).hexdigest()[:16]}.py"
     path.write_text(src)
     exec(compile(src, str(path), "exec"), env, scope)
@@ -245,7 +244,9 @@ def prove_conforms(
     raw = _reads_raw(factory)
     results = []
     for pid in GATE_IDS:
-        out = explore(_check(factory, pid, passes, raw), max_iterations=max_iterations)
+        with tempfile.TemporaryDirectory(prefix="densegate-conform-") as folder:
+            check = _check(factory, pid, passes, raw, Path(folder))
+            out = explore(check, max_iterations=max_iterations)
         prop = by_id(pid)
         if out.status == "proved":
             results.append(ProvedProperty(prop, "proved", out.seconds))
