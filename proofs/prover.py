@@ -90,19 +90,23 @@ def _solver() -> z3.Solver:
     return s
 
 
-def _check(name: str, premise: Sequence[z3.BoolRef], goal: z3.BoolRef) -> CheckResult:
-    """Validity of premise => goal, as unsatisfiability of its negation."""
+def _solve(constraints: Sequence[z3.BoolRef]) -> tuple[z3.CheckSatResult, float, str]:
+    """One solver run: its answer, its seconds and, on ``unknown``, z3's reason."""
     t0 = time.perf_counter()
     s = _solver()
-    s.add(*premise)
-    s.add(z3.Not(goal))
+    s.add(*constraints)
     r = s.check()
-    dt = time.perf_counter() - t0
+    return r, time.perf_counter() - t0, s.reason_unknown() if r == z3.unknown else ""
+
+
+def _check(name: str, premise: Sequence[z3.BoolRef], goal: z3.BoolRef) -> CheckResult:
+    """Validity of premise => goal, as unsatisfiability of its negation."""
+    r, dt, why = _solve([*premise, z3.Not(goal)])
     if r == z3.unsat:
         return CheckResult(name, "unsat", dt)
     if r == z3.sat:
         return CheckResult(name, "sat", dt, "counterexample to induction found")
-    return CheckResult(name, "unknown", dt, s.reason_unknown())
+    return CheckResult(name, "unknown", dt, why)
 
 
 def _value(model: z3.ModelRef, term: z3.ExprRef) -> Any:
@@ -164,16 +168,12 @@ def _antecedents(term: z3.BoolRef) -> list[z3.BoolRef]:
 
 def _satisfiable(name: str, constraints: Sequence[z3.BoolRef]) -> CheckResult:
     """A check that passes on ``sat``: the constraints have a model."""
-    t0 = time.perf_counter()
-    s = _solver()
-    s.add(*constraints)
-    r = s.check()
-    dt = time.perf_counter() - t0
+    r, dt, why = _solve(constraints)
     if r == z3.sat:
         return CheckResult(name, "sat", dt)
     if r == z3.unsat:
         return CheckResult(name, "unsat", dt, "unsatisfiable: everything would follow vacuously")
-    return CheckResult(name, "unknown", dt, s.reason_unknown())
+    return CheckResult(name, "unknown", dt, why)
 
 
 _SANITY: dict[tuple[Any, ...], tuple[Machine, CheckResult]] = {}
