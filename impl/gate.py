@@ -4,8 +4,12 @@ While decodes run, an under-full prefill pass interrupts every decode (and on a
 GPU knocks decode out of its CUDA graph), so the gate holds new prefills until a
 pass can be filled. Two valves keep that from starving anyone: the tail escape
 (never hold when nothing decodes) and the pass budget (fire after K held passes).
+An optional third, STALL (``stall_passes`` > 0, off by default), fires once the
+waiting fill has stopped growing for that many passes, so a burst's last
+requests do not wait out the whole budget when nothing new can fill the pass.
 
-The machine is specified in ``densegate.spec.gate`` and proved there; this module
+The machine is specified in ``densegate.spec.gate`` (with the valve:
+``densegate.spec.stall_gate``) and proved there; this module
 must never import it (engines embed ``densegate.impl`` without z3). Tests keep
 the two honest against each other.
 """
@@ -39,7 +43,8 @@ class Reason(enum.Enum):
     KV_PRESSURE = "kv_pressure"
     """Aligned gate only: a rank's KV usage is over its high watermark, so holding cannot help."""
     STALL = "stall"
-    """Aligned gate only: the aggregate fill stopped growing for ``stall_ticks`` ticks."""
+    """Aligned gate only, or ``PrefillGate`` with ``stall_passes`` > 0: the (aggregate)
+    waiting fill stopped growing for ``stall_ticks`` ticks (``stall_passes`` passes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,17 +65,20 @@ _DECISIONS: dict[Reason, Decision] = {r: Decision(r is not Reason.HOLD, r) for r
 
 @dataclass(frozen=True, slots=True)
 class GateConfig:
-    """Parameters of the gate: ``B`` (dense_tokens), ``K`` (max_hold_passes), enabled."""
+    """Parameters of the gate: ``B`` (dense_tokens), ``K`` (max_hold_passes), enabled, and
+    ``S`` (stall_passes: 0 = the STALL valve off, today's gate exactly)."""
 
     dense_tokens: int
     max_hold_passes: int = 30
     enabled: bool = True
+    stall_passes: int = 0
 
     def __post_init__(self) -> None:
         check_int("GateConfig", "dense_tokens", self.dense_tokens, 1)
         check_int("GateConfig", "max_hold_passes", self.max_hold_passes, 1)
         if not isinstance(self.enabled, bool):
             raise ValueError(f"GateConfig.enabled must be a bool, got {self.enabled!r}")
+        check_int("GateConfig", "stall_passes", self.stall_passes, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +101,11 @@ class GateInput:
 class PrefillGate:
     """Decides, once per scheduler pass, whether new prefills may be admitted.
 
-    O(1) per call; returns shared, immutable ``Decision`` objects.
+    O(1) per call; returns shared, immutable ``Decision`` objects. With the valve
+    off, the stall memory is neither kept nor read: one falsy test per pass.
     """
 
-    __slots__ = ("_budget", "_config", "_dense", "_enabled", "_h")
+    __slots__ = ("_budget", "_config", "_dense", "_enabled", "_h", "_last", "_quiet", "_stall")
 
     def __init__(self, config: GateConfig) -> None:
         if not isinstance(config, GateConfig):
@@ -105,7 +114,10 @@ class PrefillGate:
         self._dense = config.dense_tokens
         self._budget = config.max_hold_passes
         self._enabled = config.enabled
+        self._stall = config.stall_passes
         self._h = 0
+        self._last = 0
+        self._quiet = 0
 
     @property
     def config(self) -> GateConfig:
@@ -116,9 +128,17 @@ class PrefillGate:
         """Passes the current waiting episode has been held (0 <= h < max_hold_passes)."""
         return self._h
 
+    @property
+    def stall_memory(self) -> tuple[int, int]:
+        """The valve's memory: the previous pass's fill and passes since it last grew
+        (the spec's ``q`` and ``n``; kept only while ``stall_passes`` > 0)."""
+        return self._last, self._quiet
+
     def reset(self) -> None:
-        """Forget the current hold episode (e.g. after the scheduler is drained)."""
+        """Forget the current hold episode and the stall memory (e.g. after a drain)."""
         self._h = 0
+        self._last = 0
+        self._quiet = 0
 
     def decide(self, inp: GateInput) -> Decision:
         """Apply the rules in order: EMPTY, DISABLED, NO_DECODE, DENSE, BUDGET, else HOLD."""
@@ -129,6 +149,8 @@ class PrefillGate:
 
         The caller guarantees non-negative ints (``GateInput`` checks them).
         """
+        if self._stall:
+            return self._decide_with_valve(waiting_tokens, decode_seqs)
         if waiting_tokens == 0:
             reason = Reason.EMPTY
         elif not self._enabled:
@@ -137,6 +159,31 @@ class PrefillGate:
             reason = Reason.NO_DECODE
         elif waiting_tokens >= self._dense:
             reason = Reason.DENSE
+        elif self._h + 1 >= self._budget:
+            reason = Reason.BUDGET
+        else:
+            self._h += 1
+            return _DECISIONS[Reason.HOLD]
+        self._h = 0
+        return _DECISIONS[reason]
+
+    def _decide_with_valve(self, waiting_tokens: int, decode_seqs: int) -> Decision:
+        """The same rules with STALL before BUDGET; the memory is kept on every pass."""
+        if waiting_tokens > self._last:
+            self._quiet = 0
+        else:
+            self._quiet += 1
+        self._last = waiting_tokens
+        if waiting_tokens == 0:
+            reason = Reason.EMPTY
+        elif not self._enabled:
+            reason = Reason.DISABLED
+        elif decode_seqs == 0:
+            reason = Reason.NO_DECODE
+        elif waiting_tokens >= self._dense:
+            reason = Reason.DENSE
+        elif self._quiet >= self._stall:
+            reason = Reason.STALL
         elif self._h + 1 >= self._budget:
             reason = Reason.BUDGET
         else:

@@ -28,6 +28,11 @@ LEVELS: dict[str, tuple[str, str]] = {
 }
 """level -> (module, list attribute); later levels register here."""
 
+ALSO: dict[str, tuple[tuple[str, str], ...]] = {
+    "gate": (("densegate.proofs.stall_gate_obligations", "STALL_GATE_OBLIGATIONS"),),
+}
+"""Further lists proved at a level, after its own (the one-rank STALL valve's V1-V4)."""
+
 
 def obligations(levels: list[str] | None = None) -> list[Obligation | Provable]:
     chosen = levels if levels else list(LEVELS)
@@ -36,8 +41,8 @@ def obligations(levels: list[str] | None = None) -> list[Obligation | Provable]:
         raise ValueError(f"unknown proof level(s) {unknown}; known: {sorted(LEVELS)}")
     out: list[Obligation | Provable] = []
     for lv in chosen:
-        module, attr = LEVELS[lv]
-        out.extend(getattr(import_module(module), attr))
+        for module, attr in (LEVELS[lv], *ALSO.get(lv, ())):
+            out.extend(getattr(import_module(module), attr))
     return out
 
 

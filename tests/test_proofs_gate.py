@@ -115,7 +115,7 @@ def test_cli_json_is_one_object(capsys: pytest.CaptureFixture[str]) -> None:
     doc = json.loads(capsys.readouterr().out)
     assert set(doc) == {"obligations", "seconds"}
     ids = [o["id"] for o in doc["obligations"]]
-    assert ids == [f"P{i}" for i in range(1, 8)]
+    assert ids == [f"P{i}" for i in range(1, 8)] + ["V1", "V2", "V3", "V4"]  # V: the STALL valve
     for o in doc["obligations"]:
         assert o["level"] == "gate" and o["status"] == "proved"
         assert o["parametric"] is True and o["bound"] is None

@@ -20,7 +20,8 @@ class SchedulerConfig:
     ``dense_tokens`` defaults to ``max_num_batched_tokens - max_num_seqs``: the
     prefill room a pass has even when every other sequence slot decodes, so a
     dense pass is always reachable. ``long_prefill_token_threshold`` caps one
-    request's chunk (default: no cap beyond the pass budget).
+    request's chunk (default: no cap beyond the pass budget). ``stall_passes`` > 0
+    turns on the gate's STALL valve (``GateConfig``); 0, the default, keeps it off.
     """
 
     max_num_seqs: int = 64
@@ -34,6 +35,7 @@ class SchedulerConfig:
     max_hold_passes: int = 30
     gate_enabled: bool = True
     pass_log_size: int = 4096
+    stall_passes: int = 0
 
     def __post_init__(self) -> None:
         owner = type(self).__name__
@@ -47,6 +49,7 @@ class SchedulerConfig:
             "pass_log_size",
         ):
             check_int(owner, name, getattr(self, name), 1)
+        check_int(owner, "stall_passes", self.stall_passes, 0)
         for name in ("long_prefill_token_threshold", "dense_tokens"):
             if getattr(self, name) is not None:
                 check_int(owner, name, getattr(self, name), 1)
@@ -83,4 +86,4 @@ class SchedulerConfig:
         return self.long_prefill_token_threshold or self.max_num_batched_tokens
 
     def gate_config(self) -> GateConfig:
-        return GateConfig(self.dense, self.max_hold_passes, self.gate_enabled)
+        return GateConfig(self.dense, self.max_hold_passes, self.gate_enabled, self.stall_passes)

@@ -1,0 +1,122 @@
+"""The one-rank STALL valve: impl against the stall machine pass by pass, injected bugs
+caught, configuration passed through, and the proofs V1-V4 with their refuted mutants."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+
+import densegate.impl.gate as gate_module
+from densegate.impl import GateConfig, GateInput, PrefillGate, Reason
+from densegate.impl.engine import Engine, EngineConfig
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.proofs.prover import prove
+from densegate.proofs.registry import obligations
+from densegate.proofs.stall_gate_mutants import STALL_GATE_MUTANTS
+from densegate.proofs.stall_gate_obligations import STALL_GATE_OBLIGATIONS
+from densegate.spec.machine import evaluate
+from tests.gate_lockstep import StallGateLockstep
+from tests.mutation import assert_lockstep_catches, mutant_module, text_mutant
+from tests.profiles import examples
+
+MIN_PASSES = 3_000
+RUNS = settings(max_examples=examples(ci=30, nightly=1_000), stateful_step_count=20)
+"""Fewer runs than GateLockstep's: the valve-off rules are that suite's; this one adds S."""
+
+
+def test_stall_gate_agrees_with_spec_every_pass() -> None:
+    StallGateLockstep.passes = 0
+    run_state_machine_as_test(StallGateLockstep, settings=RUNS)
+    print(f"{StallGateLockstep.passes} lockstep passes")
+    assert StallGateLockstep.passes >= MIN_PASSES, StallGateLockstep.passes
+
+
+# _decide_with_valve compares (negate index): w > last 0, w == 0 1, d == 0 2, w >= dense 3,
+# quiet >= stall 4, h + 1 >= budget 5; (shift index, > and >= only): w > last 0, quiet >= stall 2.
+VALVE = "_decide_with_valve"
+MUTANTS = [
+    ("negate", 0),  # growth read as "w <= last"
+    ("shift", 0),  # an equal fill counts as growth: a flat queue never stalls
+    ("shift", 2),  # quiet > stall: one pass late
+    ("drop_assign:self._quiet", 0),  # growth does not restart the quiet count
+    ("drop_assign:self._last", 0),  # the previous fill is never recorded
+]
+
+
+@pytest.mark.parametrize(("kind", "index"), MUTANTS, ids=[f"{k}{i}" for k, i in MUTANTS])
+def test_lockstep_catches_injected_valve_bug(kind: str, index: int) -> None:
+    mod = mutant_module(gate_module, VALVE, kind, index)
+    assert_lockstep_catches(StallGateLockstep, mod, RUNS, raises=(AssertionError, Flaky))
+
+
+def test_lockstep_catches_a_valve_that_is_never_consulted() -> None:
+    mod = text_mutant(gate_module, "valve_ignored", "if self._stall:", "if False:")
+    assert_lockstep_catches(StallGateLockstep, mod, RUNS, raises=(AssertionError, Flaky))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_bad_stall_passes_is_named(bad: object) -> None:
+    for owner, make in (
+        ("GateConfig", lambda: GateConfig(8, stall_passes=bad)),  # type: ignore[arg-type]
+        ("SchedulerConfig", lambda: SchedulerConfig(stall_passes=bad)),  # type: ignore[arg-type]
+        ("EngineConfig", lambda: EngineConfig(stall_passes=bad)),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(ValueError, match=rf"{owner}\.stall_passes.*{bad!r}"):
+            make()
+
+
+def test_stall_passes_reaches_the_engine_gate_and_defaults_off() -> None:
+    assert Engine(EngineConfig()).scheduler.gate.config.stall_passes == 0  # type: ignore[attr-defined]
+    cfg = EngineConfig(stall_passes=3)
+    assert cfg.gate_config().stall_passes == 3
+    assert Engine(cfg).scheduler.gate.config.stall_passes == 3  # type: ignore[attr-defined]
+
+
+def test_a_flat_thin_queue_fires_after_s_quiet_passes_not_k() -> None:
+    gate = PrefillGate(GateConfig(dense_tokens=100, max_hold_passes=30, stall_passes=3))
+    reasons = [gate.decide(GateInput(20, 4)).reason for _ in range(5)]
+    # pass 1: the fill grew from 0 (HOLD); passes 2-4 quiet 1, 2, 3: STALL at 3, and
+    # again at 4 (a gate asked again with the same queue: nothing came to grow it).
+    assert reasons == [Reason.HOLD, Reason.HOLD, Reason.HOLD, Reason.STALL, Reason.STALL]
+    gate.reset()
+    assert (gate.hold_passes, gate.stall_memory) == (0, (0, 0))
+    off = PrefillGate(GateConfig(dense_tokens=100, max_hold_passes=30))
+    assert {off.decide(GateInput(20, 4)).reason for _ in range(29)} == {Reason.HOLD}
+    assert off.stall_memory == (0, 0)  # the valve off keeps no memory
+
+
+@pytest.fixture(scope="module")
+def results() -> dict[str, object]:
+    return {ob.id: prove(ob) for ob in STALL_GATE_OBLIGATIONS}
+
+
+def test_v1_to_v4_proved_registered_and_every_mutant_refuted(results: dict) -> None:  # type: ignore[type-arg]
+    assert sorted(results) == ["V1", "V2", "V3", "V4"]
+    assert {"V1", "V2", "V3", "V4"} <= {o.id for o in obligations(["gate"])}
+    for r in results.values():
+        assert r.status == "proved" and r.parametric, (r.id, r.checks)
+        assert [c.status for c in r.checks] == ["unsat"] * 3
+        assert r.mutants
+        for m in r.mutants:
+            assert m.status == "refuted" and m.trace is not None and m.trace.rows, (r.id, m.name)
+    used = {m.name for ob in STALL_GATE_OBLIGATIONS for m in ob.mutants}
+    assert used == set(STALL_GATE_MUTANTS)
+
+
+def test_refuting_traces_are_runs_of_the_mutant(results: dict) -> None:  # type: ignore[type-arg]
+    """Replayed on the mutant from the initial state, each V2 trace repeats its rows."""
+    for m in results["V2"].mutants:
+        machine = STALL_GATE_MUTANTS[m.name].machine
+        state = {"h": 0, "q": 0, "n": 0}
+        for row in m.trace.rows:
+            assert {k: row[k] for k in state} == state, (m.name, row)
+            try:
+                _, out, state = evaluate(
+                    machine, m.trace.params, state, {"w": row["w"], "d": row["d"]}
+                )
+            except ValueError:  # no command or several: the mutant has no single answer
+                break
+            if row.get("reason") is not None:
+                assert out["reason"] == row["reason"], (m.name, row)
