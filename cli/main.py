@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "conform": "densegate.cli.conform",
     "bench": "densegate.cli.bench",
     "profile": "densegate.cli.profile",
+    "tune": "densegate.cli.tune",
 }
 """subcommand -> module; later subcommands register here."""
 

@@ -1,0 +1,214 @@
+"""``densegate tune``: propose ``dense_tokens`` and ``max_hold_passes`` for a workload.
+
+The choice is ``densegate.impl.cost.tune``'s; this module replays each
+candidate with the benchmark's own replay (``run_policy``, null runner, priced
+by the profile) and prints one table per workload.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+HELP = "propose dense_tokens (B) and max_hold_passes (K) for a workload and a TTFT target"
+
+
+def _ints(values: list[str] | None, flag: str) -> list[int] | None:
+    """``--x 1 2`` and ``--x 1,2`` both work; a value that is not an int is named."""
+    if values is None:
+        return None
+    out: list[int] = []
+    for v in values:
+        for part in v.split(","):
+            if not part:
+                continue
+            try:
+                out.append(int(part))
+            except ValueError:
+                raise ValueError(f"{flag}: {part!r} is not an int") from None
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from densegate.impl.bench import WORKLOADS
+
+    p.add_argument(
+        "--cost",
+        required=True,
+        metavar="PROFILE",
+        help="price every pass with a profile (a `densegate profile` JSON, or roofline:H100-SXM / "
+        "roofline:H200)",
+    )
+    p.add_argument(
+        "--workload",
+        nargs="+",
+        metavar="NAME",
+        help=f"workloads, space- or comma-separated (default all: {', '.join(WORKLOADS)})",
+    )
+    target = p.add_mutually_exclusive_group()
+    target.add_argument(
+        "--ttft-ms", type=float, metavar="TARGET", help="TTFT target in modeled milliseconds"
+    )
+    target.add_argument("--ttft-passes", type=float, metavar="TARGET", help="TTFT target in passes")
+    p.add_argument(
+        "--dense-tokens",
+        nargs="+",
+        metavar="B",
+        help="B candidates (default: 1/4, 1/2, 3/4 of the token budget and the config's own)",
+    )
+    p.add_argument("--max-hold", nargs="+", metavar="K", help="K candidates (default 2 4 8 16 32)")
+    p.add_argument("--requests", type=int, metavar="N", help="requests per workload")
+    p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def bench_replay(workload: str, seed: int, requests: int | None, model: Any) -> Any:
+    """A ``Replay`` over one bench workload: the bench's config and ``run_policy``."""
+    from densegate.impl.bench import BENCH_POLICIES, WORKLOADS, bench_config, run_policy
+    from densegate.impl.bench.runs import TIME_BASELINE
+    from densegate.impl.cost.tune import Candidate, Replayed
+
+    base = bench_config()
+    trace = WORKLOADS[workload].trace(seed, requests)
+
+    def replay(c: Candidate | None) -> Replayed:
+        if c is None:
+            run = run_policy(trace, BENCH_POLICIES[TIME_BASELINE], base, seed, model)
+        else:
+            cfg = dataclasses.replace(
+                base, dense_tokens=c.dense_tokens, max_hold_passes=c.max_hold_passes
+            )
+            run = run_policy(trace, BENCH_POLICIES["densegate"], cfg, seed, model)
+        assert run.modeled is not None
+        f = run.figures
+        s6 = run.summary["s6"]  # with ``per_request``, which ``figures`` leaves out
+        return Replayed(f["requests"], f["finished"], run.modeled, run.ttft_passes, s6)
+
+    return replay
+
+
+def _fmt_pcts(d: dict[str, float | None], *qs: str) -> str:
+    from densegate.impl.figures import fmt
+
+    return " / ".join(fmt(d.get(q)) for q in qs)
+
+
+def format_tuning(t: Any) -> list[str]:
+    """One workload's table: the gate-off row, then a row per candidate."""
+    from densegate.impl.figures import fmt
+
+    def ratio(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    head = (
+        "| B | K | modeled tokens/s | modeled tokens/s / gate off | modeled TTFT ms p50 / p99 / "
+        "max | modeled ITL ms p50 / p99 | TTFT passes max | worst S6 bound passes (modeled ms) | "
+        "worst wait / bound | meets target |"
+    )
+    lines = [head, "|---:|---:|" + "---:|" * 7 + "---|"]
+
+    def cells(r: Any) -> str:
+        c = r.candidate
+        bk = "gate off | -" if c is None else f"{c.dense_tokens} | {c.max_hold_passes}"
+        bound = "-" if r.bound_passes is None else f"{r.bound_passes} ({fmt(r.bound_ms)})"
+        if c is None:
+            meets = "baseline"
+        else:
+            meets = "yes" if r.meets else f"no: {r.why_not}"
+            meets += " **<- proposed**" if r is t.proposal else ""
+        return (
+            f"| {bk} | {fmt(r.tokens_per_s)} | {ratio(r.ratio_to_gate_off)} | "
+            f"{_fmt_pcts(r.ttft_ms, 'p50', 'p99', 'max')} | {_fmt_pcts(r.itl_ms, 'p50', 'p99')} | "
+            f"{fmt(r.ttft_passes_max)} | {bound} | {ratio(r.worst_ratio)} | {meets} |"
+        )
+
+    lines += [cells(t.baseline), *(cells(r) for r in t.rows)]
+    p = t.proposal
+    lines.append("")
+    if p is None:
+        lines.append(f"proposal: none. {t.reason}")
+    else:
+        c = p.candidate
+        lines.append(
+            f"proposal: dense_tokens {c.dense_tokens}, max_hold_passes {c.max_hold_passes} "
+            f"({fmt(p.tokens_per_s)} modeled tokens/s, {ratio(p.ratio_to_gate_off)} of gate off; "
+            f"{t.reason})"
+        )
+    return lines
+
+
+def _preamble(profile: Sequence[str], target: Any, base: Any) -> list[str]:
+    meets = (
+        "no TTFT target: every candidate whose requests all finish within their S6 bounds qualifies"
+        if target is None
+        else f"target TTFT <= {target}: a candidate meets it when its worst S6 bound and its "
+        "worst observed TTFT (arrival to first token) are both within it, every request "
+        "finishes and no head window exceeds its bound"
+    )
+    return [
+        "densegate tune: every time below is modeled (each pass of a null-runner replay priced "
+        "by the profile below; arrivals on the pass clock)",
+        *(f"  {x}" for x in profile),
+        f"scheduler (the bench's): token budget {base.max_num_batched_tokens}, max_num_seqs "
+        f"{base.max_num_seqs}, block_size {base.block_size}, num_blocks {base.num_blocks}",
+        "S6 bound: the per-request TTFT bound in passes from headship (proved for the 3-request "
+        "spec, checked on this replay), worst over undisturbed head windows; its ms = bound x "
+        "the longest modeled pass of the replay (modeled)",
+        meets,
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    from densegate.impl.bench import WORKLOADS, bench_config
+    from densegate.impl.cost.profile import Profile
+    from densegate.impl.cost.tune import Target, check_workloads, default_grid, grid, tune
+
+    def fail(msg: str) -> int:
+        print(f"densegate tune: {msg}", file=sys.stderr)
+        return 2
+
+    try:
+        profile = Profile.load(args.cost)
+    except (ValueError, OSError) as e:
+        return fail(f"--cost {args.cost}: {e}")
+    base = bench_config()
+    try:
+        names = [n for v in args.workload or list(WORKLOADS) for n in v.split(",") if n]
+        check_workloads(names, list(WORKLOADS))
+        if args.requests is not None and args.requests < 1:
+            raise ValueError(f"--requests must be >= 1, got {args.requests}")
+        dense, holds = default_grid(base.max_num_batched_tokens, base.max_num_seqs)
+        dense = _ints(args.dense_tokens, "--dense-tokens") or ([] if args.dense_tokens else dense)
+        holds = _ints(args.max_hold, "--max-hold") or ([] if args.max_hold else holds)
+        candidates = grid(dense, holds, base.max_num_batched_tokens)
+        target = None
+        if args.ttft_ms is not None:
+            target = Target("ms", args.ttft_ms)
+        elif args.ttft_passes is not None:
+            target = Target("passes", args.ttft_passes)
+    except ValueError as e:
+        return fail(str(e))
+    progress: Callable[[str], None] | None = None
+    if not args.quiet:
+        progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    results = []
+    for name in names:
+        replay = bench_replay(name, args.seed, args.requests, profile.model)
+        results.append(tune(name, candidates, replay, target, progress))
+    if args.json:
+        print(
+            json.dumps({"profile": profile.describe(), "results": [t.to_json() for t in results]})
+        )
+        return 0
+    lines = _preamble(profile.describe(), target, base)
+    for t in results:
+        n = t.baseline.requests
+        lines += ["", f"### {t.workload} ({n} requests, seed {args.seed}; modeled)", ""]
+        lines += format_tuning(t)
+    print("\n".join(lines))
+    return 0
