@@ -1,11 +1,14 @@
-"""Scheduler-level obligations S1-S6 over ``densegate.spec.scheduler``.
+"""Scheduler-level obligations S1-S8: the per-slot ones here, the rest imported.
 
-Each is proved by induction for every value of the parameters (pass budget,
-sequence slots, KV blocks, max length, chunk cap, the gate's B/K/enabled) and
-of every request's prompt and output length, for a fixed number of request
-slots and block size (the scope says which). S1-S5 share one invariant,
-describing every reachable state, proved inductive once; S6 (time to first
-token, ``densegate.proofs.scheduler_ttft``) adds its window monitors to it.
+The per-slot ones (S1, S2, S5, S8 over ``densegate.spec.scheduler``; S6, time
+to first token, ``densegate.proofs.scheduler_ttft``) are proved by induction
+for every value of the parameters (pass budget, sequence slots, KV blocks, max
+length, chunk cap, the gate's B/K/enabled) and of every request's prompt and
+output length, for a fixed number of request slots and block size (the scope
+says which). S1, S2, S5 and S8 share one invariant, describing every reachable
+state, proved inductive once; S6 adds its window monitors to it. S3, S4 and S7
+(``densegate.proofs.scheduler_summary_obligations``) have no slots: they hold
+for any number of requests, and S8 ties the per-slot machine to them.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import z3
 
 from densegate.proofs.prover import Monitor, Obligation, Step
 from densegate.proofs.scheduler_mutants import scheduler_mutants
+from densegate.proofs.scheduler_summary_obligations import summary_obligations
 from densegate.proofs.scheduler_ttft import (
     closed_form,
     ttft_invariant,
@@ -30,6 +34,7 @@ from densegate.spec.scheduler import (
     WAITING,
     SchedulerMachine,
 )
+from densegate.spec.scheduler_summary import pass_facts
 
 __all__ = [
     "BLOCK_SIZE",
@@ -120,23 +125,6 @@ def _conserved(st: Step) -> z3.BoolRef:
     return z3.And(st.s2["free"] >= 0, st.s2["free"] + z3.Sum(b) == st.p["N"])
 
 
-def _dense_sound(st: Step) -> z3.BoolRef:
-    from densegate.spec.gate import reason
-
-    dense = st.out["reason"] == reason("DENSE")
-    return z3.Implies(dense, st.out["prefill_tokens"] >= st.p["B"])
-
-
-def _head_update(st: Step) -> z3.ArithRef:
-    plan = _plan(st)
-    waits = z3.And(plan.head_fits, z3.Not(z3.And(st.out["fire"], plan.head_admit)))
-    return z3.If(waits, st.s["hage"] + 1, 0)
-
-
-# hage: passes in a row the head of the queue fitted but was not admitted.
-_HEAD_AGE = Monitor("hage", z3.Int, lambda p: z3.IntVal(0), _head_update)
-
-
 def _pending_update(st: Step) -> z3.ArithRef:
     plan = _plan(st)
     pending = z3.Or(plan.partial_work > 0, plan.head_fits)
@@ -146,10 +134,6 @@ def _pending_update(st: Step) -> z3.ArithRef:
 # page: passes in a row prefill work was pending (a chunk owed, or a head that
 # fits) and the gate did not fire.
 _PENDING_AGE = Monitor("page", z3.Int, lambda p: z3.IntVal(0), _pending_update)
-
-
-def _head_admitted(st: Step) -> z3.BoolRef:
-    return st.s2["hage"] < st.p["K"]
 
 
 def _progress(st: Step) -> z3.BoolRef:
@@ -164,14 +148,28 @@ def _progress(st: Step) -> z3.BoolRef:
     )
 
 
+def _steps_summary(st: Step) -> z3.BoolRef:
+    plan, p, out = _plan(st), st.p, st.out
+    w = z3.If(plan.planned < p["B"], plan.planned, p["B"])
+    return z3.And(
+        pass_facts(plan.planned, plan.d, plan.head_fits, plan.head_admit),
+        out["w"] == w,
+        out["decode_seqs"] == plan.d,
+        out["prefill_tokens"] == z3.If(out["fire"], plan.planned, 0),
+    )
+
+
+def _head_fits(st: Step) -> z3.BoolRef:
+    return _plan(st).head_fits
+
+
 def _monitored(p: Vars, s: Vars) -> z3.BoolRef:
-    """The shared invariant plus both monitors: never ahead of the gate's counter."""
-    ages = [z3.And(s[m] >= 0, s[m] <= s["h"]) for m in ("hage", "page")]
-    return z3.And(invariant(p, s), *ages)
+    """The shared invariant plus the pending monitor: never ahead of the gate's counter."""
+    return z3.And(invariant(p, s), s["page"] >= 0, s["page"] <= s["h"])
 
 
 def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ignore[no-untyped-def]
-    # S1-S5 share one invariant and both monitors, so its consecution (the
+    # S1, S2, S5 and S8 share one invariant and its monitor, so its consecution (the
     # costly query) is proved once per run.
     return Obligation(
         id=id,
@@ -181,7 +179,7 @@ def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ig
         prop=prop,
         invariant=_monitored,
         mutants=[_MUTANTS[m] for m in mutants],
-        monitors=[_HEAD_AGE, _PENDING_AGE],
+        monitors=[_PENDING_AGE],
         readable=_readable,
         trace_depth=8,
         scope=_SCOPE,
@@ -195,10 +193,6 @@ _ttft_base = invariant_of(TTFT_SCHEDULER)
 
 def _ttft_inv(p: Vars, s: Vars) -> z3.BoolRef:
     return z3.And(_ttft_base(p, s), _ttft_window(p, s))
-
-
-def _fitting_head_held(st: Step) -> z3.BoolRef:
-    return z3.And(_plan(st).head_fits, z3.Not(st.out["fire"]))
 
 
 SCHEDULER_OBLIGATIONS: list[Obligation] = [
@@ -215,27 +209,21 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         ["preemption_leaks"],
     ),
     _ob(
-        "S3",
-        "density soundness: a DENSE fire runs >= dense_tokens prefill tokens",
-        _dense_sound,
-        ["dense_from_queue"],
-    ),
-    _ob(
-        "S4",
-        "fitting head admitted: a head of the queue that fits in K consecutive passes is "
-        "admitted by the last of them (the count restarts when it stops fitting; S6 bounds "
-        "the whole wait)",
-        _head_admitted,
-        ["serialized_chunks", "gate_budget_off_by_one"],
-        triggers=[_fitting_head_held],
-        trigger_names=["a head of the queue that fits is held"],
-    ),
-    _ob(
         "S5",
         "prefill progress: pending prefill runs within K passes, and a fire runs "
         ">= min(owed, cap, T-S+1) owed chunk tokens",
         _progress,
         ["partial_waits_for_full_chunk", "gate_hold_not_counted"],
+    ),
+    _ob(
+        "S8",
+        "the per-slot scheduler steps its summary: every pass meets the pass facts "
+        "(a head that fits is admitted by a fire and plans >= 1 token; nothing planned is "
+        "negative), its gate sees (min(planned, B), decodes) and a fire runs the plan",
+        _steps_summary,
+        ["serialized_chunks", "dense_from_queue"],
+        triggers=[_head_fits],
+        trigger_names=["the head of the queue fits"],
     ),
     Obligation(
         id="S6",
@@ -263,4 +251,6 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         trace_depth=10,
         scope=_TTFT_SCOPE,
     ),
+    *summary_obligations(SCHEDULER, _MUTANTS),
 ]
+SCHEDULER_OBLIGATIONS.sort(key=lambda ob: ob.id)

@@ -34,6 +34,7 @@ import z3
 
 from densegate.spec.gate import GATE, GateMachine
 from densegate.spec.machine import Command, Machine, Vars
+from densegate.spec.scheduler_scan import admit_start, admit_step
 
 __all__ = [
     "ABORTED",
@@ -275,41 +276,27 @@ class SchedulerMachine(Machine):
             chunk.append(n)
             budget = budget - n
         partial_run = z3.Sum(chunk)
-        # 3. FCFS admission, unless something was preempted
-        slots = p["S"] - _count([x == RUNNING for x in st])
-        spare = free
-        stopped: z3.BoolRef = preempted > 0
+        # 3. FCFS admission, unless something was preempted: a fold of one step
+        #    per request (``densegate.spec.scheduler_scan``)
+        quiet = preempted == 0
+        allowed = self.admission_allowed(partial_run)
+        running = _count([x == RUNNING for x in st])
+        acc = admit_start(p["S"] - running, budget, free, partial_run, quiet)
         admit: list[z3.BoolRef] = []
         need: list[z3.ArithRef] = []
-        head_fits: z3.BoolRef = z3.BoolVal(False)
-        head_admit: z3.BoolRef = z3.BoolVal(False)
-        earlier_waiting: z3.BoolRef = z3.BoolVal(False)
         for i in range(R):
             total = P[i] + g[i]
             nb = self.blocks_for(total)
-            fits = z3.And(
-                slots > 0,
-                budget > 0,
-                nb <= spare,
-                z3.Or(p["chunked"], total <= budget),
-            )
-            waiting = st[i] == WAITING
-            is_head = z3.And(waiting, z3.Not(earlier_waiting))
-            head_fits = z3.Or(head_fits, z3.And(is_head, fits, preempted == 0))
-            earlier_waiting = z3.Or(earlier_waiting, waiting)
-            ok = z3.And(waiting, z3.Not(stopped), fits, self.admission_allowed(partial_run))
-            head_admit = z3.Or(head_admit, z3.And(is_head, ok))
-            stopped = z3.Or(stopped, z3.And(waiting, z3.Not(fits)))
-            n = z3.If(p["chunked"], _min(total, p["cap"], budget), total)
+            acc, ok, n = admit_step(
+                acc, waiting=st[i] == WAITING, total=total, need=nb,
+                chunked=p["chunked"], cap=p["cap"], quiet=quiet, allowed=allowed,
+            )  # fmt: skip
             chunk[i] = z3.If(ok, n, chunk[i])
-            budget = z3.If(ok, budget - n, budget)
-            spare = z3.If(ok, spare - nb, spare)
-            slots = z3.If(ok, slots - 1, slots)
             admit.append(ok)
             need.append(nb)
         return PassPlan(
-            st, c, g, b, free, decoding, chunk, admit, need, preempted, z3.Sum(chunk), d,
-            z3.Sum(work), partial_run, head_fits, head_admit,
+            st, c, g, b, free, decoding, chunk, admit, need, preempted, acc.planned, d,
+            z3.Sum(work), partial_run, acc.head_fits, acc.head_admit,
         )  # fmt: skip
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:

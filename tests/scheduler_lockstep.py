@@ -256,6 +256,7 @@ def replay(
             "prefill_tokens": rec.prefill_tokens,
             "decode_seqs": rec.decode_seqs,
             "preempted": rec.preempted,
+            "w": rec.waiting_tokens,
             "next_h": sched.gate.hold_passes,
             "next_free": sched.blocks.num_free,
         }
