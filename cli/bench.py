@@ -21,7 +21,7 @@ def _names(values: list[str] | None, known: list[str]) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from densegate.impl.bench import BENCH_POLICIES, WORKLOADS
+    from densegate.impl.bench import BENCH_POLICIES, BENCH_STALL_PASSES, WORKLOADS
 
     p.add_argument(
         "--workloads",
@@ -51,6 +51,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="torch CPU threads with the torch runner (default 1: the tiny model gains nothing "
         "from more, and on a shared CPU thread contention swamps the step times; 0: torch's "
         "default)",
+    )
+    p.add_argument(
+        "--stall-passes",
+        type=int,
+        default=BENCH_STALL_PASSES,
+        metavar="N",
+        help="the densegate-stall column's STALL valve: fire an under-full pass once the "
+        f"waiting fill has not grown for N passes (default {BENCH_STALL_PASSES}; every other "
+        "policy runs with the valve off; not used with --dp)",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     p.add_argument(
@@ -136,6 +145,7 @@ def main(args: argparse.Namespace) -> int:
             progress=None if args.quiet else progress,
             model=profile.model if profile is not None else None,
             rounds=rounds,
+            stall_passes=args.stall_passes,
         )
     except ValueError as e:
         print(f"densegate bench: {e}", file=sys.stderr)

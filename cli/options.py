@@ -107,6 +107,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--long-prefill-token-threshold", type=int, default=None)
     g.add_argument("--dense-tokens", type=int, default=None)
     g.add_argument("--max-hold-passes", type=int, default=30)
+    g.add_argument(
+        "--stall-passes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the gate's STALL valve: fire an under-full pass once the waiting fill has not "
+        "grown for N passes (default 0: off; proved as V1-V4)",
+    )
 
 
 class _Default(int):
@@ -131,6 +139,7 @@ def engine_config(args: argparse.Namespace, runner: str) -> Any:
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         dense_tokens=args.dense_tokens,
         max_hold_passes=args.max_hold_passes,
+        stall_passes=args.stall_passes,
         gate_enabled=args.gate == "on",
         runner=runner,
         device=args.device,

@@ -49,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
         dump_trace(trace, args.dump_trace)
     summary = _run(engine, trace, args)
     summary["runner_kind"] = runner
+    summary["stall_passes"] = engine.config.stall_passes
     summary["finish_reasons"] = _finish_reasons(engine)
     if args.json:
         print(json.dumps(summary))
@@ -132,7 +133,8 @@ def _print(s: dict[str, Any]) -> None:
             **{k: fmt(v) for k, v in s["tpot_ms"].items()})),
         ("head TTFT / its S6 bound, worst ratio (S6 proved for 3 requests; checked here)",
          _s6(s["s6"])),
-        ("dense_tokens / max_hold_passes", f"{s['dense_tokens']} / {s['max_hold_passes']}"),
+        ("dense_tokens / max_hold_passes / stall_passes (0: valve off)",
+         f"{s['dense_tokens']} / {s['max_hold_passes']} / {s['stall_passes']}"),
         ("prefill passes (mean fill)", f"{s['prefill_passes']} ({fmt(s['mean_prefill_fill'])})"),
         ("decode-only passes", s["decode_only_passes"]),
         ("prefill passes interrupting decode", s["prefill_passes_interrupting_decode"]),

@@ -3,6 +3,9 @@ caught, configuration passed through, and the proofs V1-V4 with their refuted mu
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 from hypothesis import settings
 from hypothesis.errors import Flaky
@@ -120,3 +123,35 @@ def test_refuting_traces_are_runs_of_the_mutant(results: dict) -> None:  # type:
                 break
             if row.get("reason") is not None:
                 assert out["reason"] == row["reason"], (m.name, row)
+
+
+def test_bench_valve_column_alone_has_the_valve() -> None:
+    from densegate.impl.bench import BENCH_POLICIES, WORKLOADS, bench_config, run_policy
+
+    base = dataclasses.replace(bench_config(), stall_passes=2)
+    cfgs = {name: p.config(base) for name, p in BENCH_POLICIES.items()}
+    assert {n: c.stall_passes for n, c in cfgs.items() if c.stall_passes} == {"densegate-stall": 2}
+    trace = WORKLOADS["bursty"].trace(0, 60)
+    on = run_policy(trace, BENCH_POLICIES["densegate-stall"], base)
+    off = run_policy(trace, BENCH_POLICIES["densegate"], base)
+    assert on.summary["reasons"].get("STALL", 0) > 0
+    assert "STALL" not in off.summary["reasons"]
+    # every under-full pass beside decodes is one of the valves' fires
+    assert set(on.figures["underfull_interrupting_by_reason"]) <= {"BUDGET", "NO_DECODE", "STALL"}
+    assert on.figures["output_tokens"] == off.figures["output_tokens"]
+
+
+def test_cli_stall_passes(capsys: pytest.CaptureFixture[str]) -> None:
+    from densegate.cli.main import main
+
+    argv = ["run", "--gen", "30", "--runner", "null", "--json", "--stall-passes", "3"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["stall_passes"] == 3
+    assert main(["run", "--gen", "5", "--runner", "null", "--stall-passes", "-1"]) == 2
+    assert "EngineConfig.stall_passes must be >= 0, got -1" in capsys.readouterr().err
+    bench = ["bench", "--requests", "5", "--workloads", "steady", "--quiet", "--json"]
+    assert main([*bench, "--stall-passes", "-2"]) == 2
+    assert "stall_passes must be >= 0, got -2" in capsys.readouterr().err
+    assert main([*bench, "--policies", "densegate-stall", "--stall-passes", "6"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["stall_passes"] == 6

@@ -1,13 +1,13 @@
 """The policy benchmark: workloads, runs with their checks, tables and plots.
 
-``workloads`` (what is replayed), ``runs`` (each policy over each workload,
-and the checks on the result), ``tables`` (text), ``plots`` (matplotlib).
+``workloads`` (what is replayed), ``policies`` (what replays it), ``runs`` (each
+policy over each workload, and the checks on the result), ``tables`` (text),
+``plots`` (matplotlib).
 """
 
 from densegate.impl.bench.plots import write_plots
+from densegate.impl.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
 from densegate.impl.bench.runs import (
-    BENCH_POLICIES,
-    BenchPolicy,
     BenchResult,
     Check,
     PolicyRun,
@@ -21,6 +21,7 @@ from densegate.impl.bench.workloads import WORKLOADS, Workload
 
 __all__ = [
     "BENCH_POLICIES",
+    "BENCH_STALL_PASSES",
     "ROWS",
     "WORKLOADS",
     "BenchPolicy",

@@ -7,19 +7,7 @@ figures added here come from the per-pass records: the share of decode work in
 decode-only passes (the ones a GPU runs as a CUDA graph) and the prefill fill
 of every prefill pass, for the histogram.
 
-The policies and how they differ (token budget, sequence slots and KV cache
-are the same for all four):
-
-- ``densegate``: ``PrefillGate``, chunked prefill on, no per-request chunk cap.
-- ``original``: ``OriginalPolicy`` (the original change's gate, flaws kept), fed
-  the scheduler's raw counts; otherwise as ``densegate``.
-- ``legacy``: vLLM v0's prefill-first order (``PrefillFirstScheduler``): no
-  gate (``LegacyPolicy``), chunked prefill off, whole prompts FCFS, and a pass
-  that can admit prefill runs prefill only while every decode waits.
-- ``vllm-v1``: no gate, chunked prefill on, no per-request chunk cap: vLLM v1's
-  default (decode first, then chunked prefill in the same pass; its ``long_prefill_token_threshold``
-  stays 0 unless ``max_num_partial_prefills > 1``). It is ``densegate`` with the
-  gate off, so the two columns isolate what the gate does.
+The policies are in ``densegate.impl.bench.policies``.
 """
 
 from __future__ import annotations
@@ -30,9 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from densegate.impl.baselines.policies import LegacyPolicy, OriginalPolicy
-from densegate.impl.baselines.prefill_first import PrefillFirstScheduler
-from densegate.impl.baselines.raw_scheduler import RawListScheduler
+from densegate.impl.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
 from densegate.impl.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS
 from densegate.impl.cost.compare import compare_rounds, round_name, round_order
 from densegate.impl.cost.model import PassModel
@@ -44,8 +30,6 @@ from densegate.impl.cost.timeline import (
     modeled_figures,
 )
 from densegate.impl.engine import Engine, EngineConfig
-from densegate.impl.gate import GateConfig, GatePolicy, PrefillGate
-from densegate.impl.sched.scheduler import Scheduler
 from densegate.impl.traces.replay import run_trace, summarize
 from densegate.impl.traces.workload import TraceRequest
 
@@ -61,40 +45,6 @@ __all__ = [
     "run_bench",
     "run_policy",
 ]
-
-
-# -- policies -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BenchPolicy:
-    """A gate and the scheduler settings it is benchmarked with."""
-
-    name: str
-    description: str
-    gate: Callable[[GateConfig], GatePolicy]
-    chunked_prefill: bool = True
-    gated: bool = True
-    scheduler: type[Scheduler] = Scheduler
-
-    def config(self, base: EngineConfig) -> EngineConfig:
-        return dataclasses.replace(
-            base, enable_chunked_prefill=self.chunked_prefill, gate_enabled=self.gated
-        )
-
-
-BENCH_POLICIES: dict[str, BenchPolicy] = {
-    p.name: p
-    for p in (
-        BenchPolicy("densegate", "PrefillGate; chunked prefill", PrefillGate),
-        BenchPolicy("original", "the original change's gate (raw counts); chunked prefill",
-                    OriginalPolicy, scheduler=RawListScheduler),
-        BenchPolicy("legacy", "no gate; prefill-first passes, whole prompts (vLLM v0)",
-                    LegacyPolicy, chunked_prefill=False, gated=False,
-                    scheduler=PrefillFirstScheduler),
-        BenchPolicy("vllm-v1", "no gate; decode first, chunked prefill (v1 default)",
-                    LegacyPolicy, gated=False),
-    )
-}  # fmt: skip
-"""The benchmarked policies, in column order (see the module docstring)."""
 
 
 def bench_config(runner: str = "null", device: str = "cpu") -> EngineConfig:
@@ -113,13 +63,17 @@ def bench_config(runner: str = "null", device: str = "cpu") -> EngineConfig:
 
 # -- one run ----------------------------------------------------------------------------
 class _PassFigures:
-    """What ``PassStats`` does not keep: decode tokens by pass kind, and every fill."""
+    """What ``PassStats`` does not keep: decode tokens by pass kind, every fill, mixed passes
+    and prefill passes under a quarter of the token budget (vLLM's cadence figures)."""
 
     def __init__(self, engine: Engine) -> None:
         self._log = engine.scheduler.pass_log
         self._dense = engine.config.dense
+        self._quarter = engine.config.max_num_batched_tokens / 4
         self.decode_tokens = 0
         self.decode_only_tokens = 0
+        self.mixed = 0
+        self.under_quarter = 0
         self.fills: list[float] = []
 
     def __call__(self, _passes: int) -> None:
@@ -127,6 +81,8 @@ class _PassFigures:
         self.decode_tokens += rec.decode_seqs
         if rec.prefill_tokens:
             self.fills.append(min(1.0, rec.prefill_tokens / self._dense))
+            self.mixed += rec.decode_seqs > 0
+            self.under_quarter += rec.prefill_tokens < self._quarter
         else:
             self.decode_only_tokens += rec.decode_seqs
 
@@ -179,6 +135,10 @@ def run_policy(
         "underfull_interrupting_by_reason": s["underfull_interrupting_by_reason"],
         "prefill_passes": s["prefill_passes"],
         "mean_prefill_fill": s["mean_prefill_fill"],
+        "mixed_passes": extra.mixed,
+        "prefill_under_quarter_share": (
+            extra.under_quarter / len(extra.fills) if extra.fills else None
+        ),
         "decode_tokens": extra.decode_tokens,
         "decode_tokens_in_decode_only_share": (
             extra.decode_only_tokens / extra.decode_tokens if extra.decode_tokens else None
@@ -342,8 +302,12 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
     model: PassModel | None = None,
     rounds: int = 1,
+    stall_passes: int = BENCH_STALL_PASSES,
 ) -> BenchResult:
     """Every workload through every policy; ``requests`` overrides each workload's size.
+
+    ``stall_passes`` is the ``densegate-stall`` column's valve (every other policy runs
+    with it off).
 
     ``model`` adds each run's modeled times. With a timed runner the policies run
     ``rounds`` times in alternating order (``densegate.impl.cost.compare``); the
@@ -359,7 +323,7 @@ def run_bench(
         raise ValueError(f"requests must be >= 1, got {requests}")
     if rounds < 1 or (rounds > 1 and runner == "null"):
         raise ValueError(f"rounds must be 1, or >= 1 with a timed runner; got {rounds}")
-    base = bench_config(runner, device)
+    base = dataclasses.replace(bench_config(runner, device), stall_passes=stall_passes)
     t0 = time.perf_counter()
     out: dict[str, WorkloadRun] = {}
     for wname in workloads:

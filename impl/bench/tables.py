@@ -33,6 +33,9 @@ ROWS: tuple[tuple[str, Callable[[dict[str, Any]], str], bool], ...] = (
      lambda f: f"{f['underfull_interrupting']} ({_share(f['underfull_interrupting_share'])})",
      False),
     ("mean prefill fill (of dense_tokens)", lambda f: fmt(f["mean_prefill_fill"]), False),
+    ("mixed passes (prefill beside decode)", lambda f: fmt(f["mixed_passes"]), False),
+    ("prefill passes under 1/4 of the token budget (% of prefill passes)",
+     lambda f: _share(f["prefill_under_quarter_share"]), False),
     ("decode tokens in decode-only (graph-eligible) passes",
      lambda f: _share(f["decode_tokens_in_decode_only_share"]), False),
     ("TTFT passes p50 / p99 / max", lambda f: _pcts(f["ttft_passes"], ("p50", "p99", "max")),
@@ -56,6 +59,7 @@ def format_tables(result: BenchResult) -> str:
         f"densegate bench: runner {result.runner}, seed {result.seed}; max_num_seqs "
         f"{cfg['max_num_seqs']}, {cfg['max_num_batched_tokens']} tokens per pass, "
         f"dense_tokens {cfg['dense_tokens']}, max_hold_passes {cfg['max_hold_passes']}, "
+        f"stall_passes {cfg['stall_passes']} (densegate-stall only), "
         f"{cfg['num_blocks']} KV blocks of {cfg['block_size']}",
     ]
     for w in result.workloads.values():
