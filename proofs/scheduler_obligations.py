@@ -1,14 +1,14 @@
 """Scheduler-level obligations S1-S8: the per-slot ones here, the rest imported.
 
-The per-slot ones (S1, S2, S5, S8 over ``densegate.spec.scheduler``; S6, time
+The per-slot ones (S1, S2, S8 over ``densegate.spec.scheduler``; S6, time
 to first token, ``densegate.proofs.scheduler_ttft``) are proved by induction
 for every value of the parameters (pass budget, sequence slots, KV blocks, max
 length, chunk cap, the gate's B/K/enabled) and of every request's prompt and
 output length, for a fixed number of request slots and block size (the scope
-says which). S1, S2, S5 and S8 share one invariant, describing every reachable
-state, proved inductive once; S6 adds its window monitors to it. S3, S4 and S7
-(``densegate.proofs.scheduler_summary_obligations``) have no slots: they hold
-for any number of requests, and S8 ties the per-slot machine to them.
+says which). S1, S2 and S8 share one invariant, describing every reachable
+state, proved inductive once; S6 adds its window monitors to it. S3-S5, S7 and
+S9 (``densegate.proofs.scheduler_summary_obligations``) have no slots: they
+hold for any number of requests, and S8 ties the per-slot machine to them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import z3
 
-from densegate.proofs.prover import Monitor, Obligation, Step
+from densegate.proofs.prover import Obligation, Step
 from densegate.proofs.scheduler_mutants import scheduler_mutants
 from densegate.proofs.scheduler_summary_obligations import summary_obligations
 from densegate.proofs.scheduler_ttft import (
@@ -125,34 +125,19 @@ def _conserved(st: Step) -> z3.BoolRef:
     return z3.And(st.s2["free"] >= 0, st.s2["free"] + z3.Sum(b) == st.p["N"])
 
 
-def _pending_update(st: Step) -> z3.ArithRef:
-    plan = _plan(st)
-    pending = z3.Or(plan.partial_work > 0, plan.head_fits)
-    return z3.If(z3.And(pending, z3.Not(st.out["fire"])), st.s["page"] + 1, 0)
-
-
-# page: passes in a row prefill work was pending (a chunk owed, or a head that
-# fits) and the gate did not fire.
-_PENDING_AGE = Monitor("page", z3.Int, lambda p: z3.IntVal(0), _pending_update)
-
-
-def _progress(st: Step) -> z3.BoolRef:
-    plan = _plan(st)
-    p = st.p
-    room = z3.If(p["cap"] < p["T"] - p["S"] + 1, p["cap"], p["T"] - p["S"] + 1)
-    owed = plan.partial_work
-    least = z3.If(owed < room, owed, room)
-    return z3.And(
-        st.s2["page"] < p["K"],
-        z3.Implies(z3.And(st.out["fire"], owed > 0), plan.partial_run >= least),
-    )
-
-
 def _steps_summary(st: Step) -> z3.BoolRef:
     plan, p, out = _plan(st), st.p, st.out
     w = z3.If(plan.planned < p["B"], plan.planned, p["B"])
+    figures = {
+        "planned": plan.planned,
+        "d": plan.d,
+        "work": plan.partial_work,
+        "run": plan.partial_run,
+        "head_fits": plan.head_fits,
+        "head_admit": plan.head_admit,
+    }
     return z3.And(
-        pass_facts(plan.planned, plan.d, plan.head_fits, plan.head_admit),
+        pass_facts(p, figures),
         out["w"] == w,
         out["decode_seqs"] == plan.d,
         out["prefill_tokens"] == z3.If(out["fire"], plan.planned, 0),
@@ -163,13 +148,8 @@ def _head_fits(st: Step) -> z3.BoolRef:
     return _plan(st).head_fits
 
 
-def _monitored(p: Vars, s: Vars) -> z3.BoolRef:
-    """The shared invariant plus the pending monitor: never ahead of the gate's counter."""
-    return z3.And(invariant(p, s), s["page"] >= 0, s["page"] <= s["h"])
-
-
 def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ignore[no-untyped-def]
-    # S1, S2, S5 and S8 share one invariant and its monitor, so its consecution (the
+    # S1, S2 and S8 share one invariant, so its consecution (the
     # costly query) is proved once per run.
     return Obligation(
         id=id,
@@ -177,9 +157,8 @@ def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ig
         statement=statement,
         machine=SCHEDULER,
         prop=prop,
-        invariant=_monitored,
+        invariant=invariant,
         mutants=[_MUTANTS[m] for m in mutants],
-        monitors=[_PENDING_AGE],
         readable=_readable,
         trace_depth=8,
         scope=_SCOPE,
@@ -209,19 +188,13 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         ["preemption_leaks"],
     ),
     _ob(
-        "S5",
-        "prefill progress: pending prefill runs within K passes, and a fire runs "
-        ">= min(owed, cap, T-S+1) owed chunk tokens",
-        _progress,
-        ["partial_waits_for_full_chunk", "gate_hold_not_counted"],
-    ),
-    _ob(
         "S8",
         "the per-slot scheduler steps its summary: every pass meets the pass facts "
-        "(a head that fits is admitted by a fire and plans >= 1 token; nothing planned is "
-        "negative), its gate sees (min(planned, B), decodes) and a fire runs the plan",
+        "(a head that fits is admitted by a fire and plans >= 1 token; owed prefill gets "
+        ">= min(owed, cap, T-S+1); nothing planned is negative), its gate sees "
+        "(min(planned, B), decodes) and a fire runs the plan",
         _steps_summary,
-        ["serialized_chunks", "dense_from_queue"],
+        ["serialized_chunks", "dense_from_queue", "partial_waits_for_full_chunk"],
         triggers=[_head_fits],
         trigger_names=["the head of the queue fits"],
     ),

@@ -1,11 +1,11 @@
-"""Scheduler obligations for any number of requests: S3, S4 on the summary, S7 and S8.
+"""Scheduler obligations for any number of requests: S3-S5 on the summary, S7 and S9.
 
-S3 and S4 are proved of ``SchedulerSummary``, which has no request slots, so
-they hold for every queue length and block size, given the pass facts. S7
-proves the pass facts' admission half by induction over the queue (the
-``AdmissionScan`` machine is the very fold ``SchedulerMachine`` builds its
-step 3 from); the other half (nothing planned is negative) is a lemma about
-the partial-chunk hook. S8 checks the glue on the per-slot machine the
+S3, S4 and S5 are proved of ``SchedulerSummary``, which has no request slots,
+so they hold for every number of requests and block size, given the pass
+facts. S7 and S9 prove the pass facts by induction over the requests: the
+``AdmissionScan`` and ``PartialScan`` machines step through the very folds
+``SchedulerMachine`` builds its steps 3 and 2 from. S8 (in
+``scheduler_obligations``) checks the glue on the per-slot machine the
 implementation is compared against: each of its passes is a summary step.
 """
 
@@ -19,8 +19,8 @@ from densegate.proofs.prover import Monitor, Mutant, Obligation, Step
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
-from densegate.spec.scheduler_scan import AdmissionScan
-from densegate.spec.scheduler_summary import SchedulerSummary
+from densegate.spec.scheduler_scan import AdmissionScan, PartialScan
+from densegate.spec.scheduler_summary import SchedulerSummary, chunk_room
 
 __all__ = ["SUMMARY", "chunks_never_negative", "summary_obligations"]
 
@@ -43,23 +43,22 @@ class _DenseFromQueue(SchedulerSummary):
 
 
 def _summary_mutants() -> dict[str, Mutant]:
-    broken = GATE_MUTANTS["budget_off_by_one"]
-    over_broken = SchedulerSummary(gate=broken.machine)  # type: ignore[arg-type]
-    return {
+    out = {
         "dense_from_queue": named_mutant(
             "summary", "dense_from_queue", "gate's w counts the whole queue", _DenseFromQueue()
-        ),
-        "gate_budget_off_by_one": named_mutant(
-            "summary",
-            "gate_budget_off_by_one",
-            f"the summary over a broken gate: {broken.description}",
-            over_broken,
-        ),
+        )
     }
+    for name in ("budget_off_by_one", "hold_not_counted"):
+        broken = GATE_MUTANTS[name]
+        over_broken = SchedulerSummary(gate=broken.machine)  # type: ignore[arg-type]
+        description = f"the summary over a broken gate: {broken.description}"
+        out[f"gate_{name}"] = named_mutant("summary", f"gate_{name}", description, over_broken)
+    return out
 
 
 def _summary_inv(p: Vars, s: Vars) -> z3.BoolRef:
-    return z3.And(s["h"] >= 0, s["h"] < p["K"], s["hage"] >= 0, s["hage"] <= s["h"])
+    ages = [z3.And(s[m] >= 0, s[m] <= s["h"]) for m in ("hage", "page")]
+    return z3.And(s["h"] >= 0, s["h"] < p["K"], *ages)
 
 
 def _head_update(st: Step) -> z3.ArithRef:
@@ -69,6 +68,23 @@ def _head_update(st: Step) -> z3.ArithRef:
 
 # hage: passes in a row the head of the queue fitted but was not admitted.
 _HEAD_AGE = Monitor("hage", z3.Int, lambda p: z3.IntVal(0), _head_update)
+
+
+def _pending_update(st: Step) -> z3.ArithRef:
+    pending = z3.Or(st.o["work"] > 0, st.o["head_fits"])
+    return z3.If(z3.And(pending, z3.Not(st.out["fire"])), st.s["page"] + 1, 0)
+
+
+# page: passes in a row prefill work was pending (a chunk owed, or a head that
+# fits) and the gate did not fire.
+_PENDING_AGE = Monitor("page", z3.Int, lambda p: z3.IntVal(0), _pending_update)
+_MONITORS = [_HEAD_AGE, _PENDING_AGE]
+
+
+def _progress(st: Step) -> z3.BoolRef:
+    owed, run = st.o["work"], st.o["run"]
+    least = z3.If(owed < chunk_room(st.p), owed, chunk_room(st.p))
+    return z3.And(st.s2["page"] < st.p["K"], z3.Implies(st.out["fire"], run >= least))
 
 
 def _dense_sound(st: Step) -> z3.BoolRef:
@@ -85,7 +101,7 @@ def _fitting_head_held(st: Step) -> z3.BoolRef:
 
 
 def _small(p: Vars) -> z3.BoolRef:
-    return z3.And(p["B"] <= 4, p["K"] <= 3)
+    return z3.And(p["B"] <= 4, p["K"] <= 3, p["T"] <= 6, p["cap"] <= 4)
 
 
 def chunks_never_negative(machine: SchedulerMachine) -> z3.BoolRef:
@@ -106,6 +122,7 @@ def _scan_inv(p: Vars, s: Vars) -> z3.BoolRef:
     fresh = z3.Not(s["seen_waiting"])
     return z3.And(
         s["planned"] >= p["run0"],
+        z3.Implies(p["slots0"] >= 0, s["slots"] >= 0),
         z3.Implies(fresh, z3.And(s["stopped"] == z3.Not(p["quiet"]), z3.Not(s["head_fits"]))),
         z3.Implies(fresh, z3.Not(s["head_admit"])),
         z3.Implies(s["head_fits"], z3.And(s["head_admit"], s["planned"] > 0)),
@@ -115,7 +132,8 @@ def _scan_inv(p: Vars, s: Vars) -> z3.BoolRef:
 def _scan_prop(st: Step) -> z3.BoolRef:
     s2 = st.s2
     return z3.And(
-        s2["planned"] >= 0,
+        s2["planned"] >= st.p["run0"],
+        z3.Implies(st.p["slots0"] >= 0, s2["slots"] >= 0),
         z3.Implies(s2["head_fits"], z3.And(s2["head_admit"], s2["planned"] > 0)),
     )
 
@@ -131,13 +149,54 @@ def _scan_small(p: Vars) -> z3.BoolRef:
 _SCAN = _scan_of(SchedulerMachine(1, 1))
 
 
+# -- S9: the partial-chunk scan ----------------------------------------------------------
+
+
+def _partial_least(p: Vars, s: Vars) -> z3.ArithRef:
+    return z3.If(s["work"] < chunk_room(p), s["work"], chunk_room(p))
+
+
+def _partial_inv(p: Vars, s: Vars) -> z3.BoolRef:
+    return z3.And(
+        s["budget"] == p["T"] - p["d"] - s["run"],
+        s["run"] >= 0,
+        s["run"] <= s["work"],
+        s["run"] >= _partial_least(p, s),
+        s["seen"] >= 0,
+        p["d"] + s["seen"] <= p["S"],
+    )
+
+
+def _partial_prop(st: Step) -> z3.BoolRef:
+    return z3.And(st.s2["run"] >= 0, st.s2["run"] >= _partial_least(st.p, st.s2))
+
+
+def _partial_owed(st: Step) -> z3.BoolRef:
+    return st.o["left"] > 0
+
+
+def _partial_of(m: SchedulerMachine) -> PartialScan:
+    return PartialScan(m.partial_chunk, m.name)
+
+
+_PARTIAL = _partial_of(SchedulerMachine(1, 1))
+
+
+def _partial_mutant(m: Mutant) -> Mutant:
+    return named_mutant("partial scan", m.name, m.description, _partial_of(m.machine))  # type: ignore[arg-type]
+
+
+def _partial_small(p: Vars) -> z3.BoolRef:
+    return z3.And(p["T"] <= 6, p["cap"] <= 6)
+
+
 def _scan_mutant(m: Mutant) -> Mutant:
     return named_mutant("admission scan", m.name, m.description, _scan_of(m.machine))  # type: ignore[arg-type]
 
 
 def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) -> list[Obligation]:
-    """S3, S4 (on the summary) and S7 (the admission scan); ``mutants`` are the
-    per-slot scheduler's, whose broken admission hook S7 must refute."""
+    """S3-S5 (on the summary), S7 and S9 (the scans); ``mutants`` are the per-slot
+    scheduler's, whose broken admission and chunk hooks the scans must refute."""
     summary_mutants = _summary_mutants()
     lemma = [lambda: chunks_never_negative(per_slot)]
     return [
@@ -150,7 +209,7 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
             prop=_dense_sound,
             invariant=_summary_inv,
             mutants=[summary_mutants["dense_from_queue"]],
-            monitors=[_HEAD_AGE],
+            monitors=_MONITORS,
             readable=_small,
             lemmas=lemma,
         ),
@@ -164,18 +223,33 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
             prop=_head_admitted,
             invariant=_summary_inv,
             mutants=[summary_mutants["gate_budget_off_by_one"]],
-            monitors=[_HEAD_AGE],
+            monitors=_MONITORS,
             readable=_small,
             lemmas=lemma,
             triggers=[_fitting_head_held],
             trigger_names=["a head of the queue that fits is held"],
         ),
         Obligation(
+            id="S5",
+            level="scheduler",
+            statement="prefill progress: pending prefill runs within K passes, and a fire runs "
+            ">= min(owed, cap, T-S+1) owed chunk tokens (any number of requests and block "
+            "size, by S7 and S9)",
+            machine=SUMMARY,
+            prop=_progress,
+            invariant=_summary_inv,
+            mutants=[summary_mutants["gate_hold_not_counted"]],
+            monitors=_MONITORS,
+            readable=_small,
+            lemmas=lemma,
+        ),
+        Obligation(
             id="S7",
             level="scheduler",
             statement="admission scan: for a queue of any length, the head that fits is admitted "
             "if the gate fires and gives the pass >= 1 prefill token; the plan never shrinks "
-            "below the partial chunks (by induction over the queue, one request per step)",
+            "below the partial chunks and admits no more requests than free sequence slots "
+            "(by induction over the queue, one request per step)",
             machine=_SCAN,
             prop=_scan_prop,
             invariant=_scan_inv,
@@ -183,5 +257,19 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
             readable=_scan_small,
             triggers=[_scan_head_fits],
             trigger_names=["the head of the queue fits"],
+        ),
+        Obligation(
+            id="S9",
+            level="scheduler",
+            statement="partial-chunk scan: over any number of running requests, the pass "
+            "would run >= min(owed, cap, T-S+1) of the prefill they owe (by induction over "
+            "the requests, one per step; assumes running requests never exceed S)",
+            machine=_PARTIAL,
+            prop=_partial_prop,
+            invariant=_partial_inv,
+            mutants=[_partial_mutant(mutants["partial_waits_for_full_chunk"])],
+            readable=_partial_small,
+            triggers=[_partial_owed],
+            trigger_names=["a running request owes prefill"],
         ),
     ]

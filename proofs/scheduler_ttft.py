@@ -36,9 +36,9 @@ from densegate.proofs.obligation import Monitor, Step
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import RUNNING, WAITING, PassPlan, SchedulerMachine
+from densegate.spec.scheduler_summary import chunk_room
 
 __all__ = [
-    "chunk_room",
     "closed_form",
     "ttft_invariant",
     "ttft_monitors",
@@ -52,12 +52,6 @@ def _at(xs: Sequence[z3.ExprRef], t: z3.ArithRef) -> z3.ExprRef:
     for i in reversed(range(len(xs) - 1)):
         out = z3.If(t == i, xs[i], out)
     return out
-
-
-def chunk_room(p: Vars) -> z3.ArithRef:
-    """c = min(cap, T - S + 1): the prefill a fire runs when some running request owes it."""
-    room = p["T"] - p["S"] + 1
-    return z3.If(p["cap"] < room, p["cap"], room)
 
 
 _PLANS: dict[int, tuple[Step, PassPlan]] = {}

@@ -34,7 +34,7 @@ import z3
 
 from densegate.spec.gate import GATE, GateMachine
 from densegate.spec.machine import Command, Machine, Vars
-from densegate.spec.scheduler_scan import admit_start, admit_step
+from densegate.spec.scheduler_scan import admit_start, admit_step, partial_step
 
 __all__ = [
     "ABORTED",
@@ -265,16 +265,15 @@ class SchedulerMachine(Machine):
             free = z3.If(take, free - 1, free)
             decoding.append(dec)
         d = _count(decoding)
-        # 2. partial prefills from the pass budget
+        # 2. partial prefills from the pass budget: a fold of ``partial_step``
         budget: z3.ArithRef = p["T"] - d
         chunk: list[z3.ArithRef] = []
         work: list[z3.ArithRef] = []
         for i in range(R):
             left = z3.If(z3.And(st[i] == RUNNING, z3.Not(decoding[i])), P[i] + g[i] - c[i], 0)
-            n = self.partial_chunk(left, p["cap"], budget)
+            budget, n = partial_step(self.partial_chunk, budget, left, p["cap"])
             work.append(left)
             chunk.append(n)
-            budget = budget - n
         partial_run = z3.Sum(chunk)
         # 3. FCFS admission, unless something was preempted: a fold of one step
         #    per request (``densegate.spec.scheduler_scan``)

@@ -1,12 +1,13 @@
-"""The scheduler's admission phase as one step per queued request, and that step as a machine.
+"""The scheduler's prefill phases as one step per request, and each step as a machine.
 
-``SchedulerMachine`` builds step 3 of a pass (FCFS admission) by folding
-``admit_step`` over its request slots in arrival order. Because the fold is a
-machine too (``AdmissionScan``: the running totals are its state, one request
-its observation), the prover's induction over its steps is an induction over
-the queue: what it proves holds for every queue length, not for a fixed slot
-count. The scheduler summary (``densegate.spec.scheduler_summary``) builds on
-the facts proved here.
+``SchedulerMachine`` builds step 2 of a pass (partial chunks from the budget)
+by folding ``partial_step`` over its request slots, and step 3 (FCFS
+admission) by folding ``admit_step``. Because each fold is a machine too
+(``PartialScan``, ``AdmissionScan``: the running totals are the state, one
+request the observation), the prover's induction over its steps is an
+induction over the requests: what it proves holds for every number of
+requests, not for a fixed slot count. The scheduler summary
+(``densegate.spec.scheduler_summary``) builds on the facts proved here.
 """
 
 from __future__ import annotations
@@ -19,7 +20,67 @@ import z3
 
 from densegate.spec.machine import Command, Machine, Vars
 
-__all__ = ["AdmissionScan", "AdmitScan", "admit_start", "admit_step"]
+__all__ = [
+    "AdmissionScan",
+    "AdmitScan",
+    "ChunkRule",
+    "PartialScan",
+    "admit_start",
+    "admit_step",
+    "partial_step",
+]
+
+ChunkRule = Callable[[z3.ArithRef, z3.ArithRef, z3.ArithRef], z3.ArithRef]
+"""``(left, cap, budget) -> tokens``: the next chunk of a partial prefill."""
+
+
+def partial_step(
+    rule: ChunkRule, budget: z3.ArithRef, left: z3.ArithRef, cap: z3.ArithRef
+) -> tuple[z3.ArithRef, z3.ArithRef]:
+    """One running request in slot order: the chunk it runs, and the budget left after it."""
+    n = rule(left, cap, budget)
+    return budget - n, n
+
+
+class PartialScan(Machine):
+    """The partial-chunk fold as a machine: one transition per request.
+
+    Parameters are the pass budget ``T``, sequence slots ``S``, the chunk cap
+    and the decodes ``d`` (which take their tokens first); the observation is
+    the next request's owed prefill ``left`` (0 unless it is a running partial
+    prefill). A partial prefill is a running request that does not decode, so
+    with ``seen`` partials before it ``d + seen + 1 <= S``: the one fact about
+    the whole pass the scan assumes (running requests never exceed S).
+    """
+
+    def __init__(self, rule: ChunkRule, name: str) -> None:
+        self.rule = rule
+        self.name = f"partial scan[{name}]"
+        self.param_sorts = {k: z3.Int for k in ("T", "S", "cap", "d")}
+        self.state_sorts = {k: z3.Int for k in ("budget", "work", "run", "seen")}
+        self.obs_sorts = {"left": z3.Int}
+        self.out_sorts = {"tokens": z3.Int}
+
+    def param_ok(self, p: Vars) -> z3.BoolRef:
+        return z3.And(p["S"] >= 1, p["T"] >= p["S"], p["cap"] >= 1, p["d"] >= 0, p["d"] <= p["S"])
+
+    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
+        zero = [s[k] == 0 for k in ("work", "run", "seen")]
+        return z3.And(s["budget"] == p["T"] - p["d"], *zero)
+
+    def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
+        left = o["left"]
+        return z3.And(left >= 0, z3.Implies(left > 0, p["d"] + s["seen"] + 1 <= p["S"]))
+
+    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
+        budget, n = partial_step(self.rule, s["budget"], o["left"], p["cap"])
+        nxt = {
+            "budget": budget,
+            "work": s["work"] + o["left"],
+            "run": s["run"] + n,
+            "seen": s["seen"] + z3.If(o["left"] > 0, 1, 0),
+        }
+        return [Command("SCAN", z3.BoolVal(True), {"tokens": n}, nxt)]
 
 
 def _min3(a: z3.ArithRef, b: z3.ArithRef, c: z3.ArithRef) -> z3.ArithRef:
