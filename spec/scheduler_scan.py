@@ -82,6 +82,11 @@ class PartialScan(Machine):
         }
         return [Command("SCAN", z3.BoolVal(True), {"tokens": n}, nxt)]
 
+    def display_row(self, row: dict[str, Any]) -> dict[str, Any]:
+        """One request per row: what it owes, the chunk it gets, the totals before and after."""
+        out: dict[str, Any] = {"request": row.pop("pass")}
+        return {**out, **row}
+
 
 def _min3(a: z3.ArithRef, b: z3.ArithRef, c: z3.ArithRef) -> z3.ArithRef:
     ab = z3.If(b < a, b, a)
