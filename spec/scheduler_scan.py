@@ -84,8 +84,8 @@ class PartialScan(Machine):
 
     def display_row(self, row: dict[str, Any]) -> dict[str, Any]:
         """One request per row: what it owes, the chunk it gets, the totals before and after."""
-        out: dict[str, Any] = {"request": row.pop("pass")}
-        return {**out, **row}
+        out: dict[str, Any] = {"request": row["pass"]}
+        return {**out, **{k: v for k, v in row.items() if k != "pass"}}
 
 
 def _min3(a: z3.ArithRef, b: z3.ArithRef, c: z3.ArithRef) -> z3.ArithRef:
