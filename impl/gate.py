@@ -43,8 +43,9 @@ class Reason(enum.Enum):
     KV_PRESSURE = "kv_pressure"
     """Aligned gate only: a rank's KV usage is over its high watermark, so holding cannot help."""
     STALL = "stall"
-    """Aligned gate only, or ``PrefillGate`` with ``stall_passes`` > 0: the (aggregate)
-    waiting fill stopped growing for ``stall_ticks`` ticks (``stall_passes`` passes)."""
+    """The valve: the waiting fill stopped growing for ``stall_passes`` passes
+    (``PrefillGate`` with the valve on) or the aggregate fill for ``stall_ticks`` ticks
+    (aligned gate)."""
 
 
 @dataclass(frozen=True, slots=True)
