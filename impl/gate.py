@@ -103,7 +103,7 @@ class PrefillGate:
     """Decides, once per scheduler pass, whether new prefills may be admitted.
 
     O(1) per call; returns shared, immutable ``Decision`` objects. With the valve
-    off, the stall memory is neither kept nor read: one falsy test per pass.
+    off, the stall memory is neither kept nor read (a falsy test on the valve).
     """
 
     __slots__ = ("_budget", "_config", "_dense", "_enabled", "_h", "_last", "_quiet", "_stall")
@@ -151,7 +151,12 @@ class PrefillGate:
         The caller guarantees non-negative ints (``GateInput`` checks them).
         """
         if self._stall:
-            return self._decide_with_valve(waiting_tokens, decode_seqs)
+            # the valve's memory is kept on every pass, whatever the decision
+            if waiting_tokens > self._last:
+                self._quiet = 0
+            else:
+                self._quiet += 1
+            self._last = waiting_tokens
         if waiting_tokens == 0:
             reason = Reason.EMPTY
         elif not self._enabled:
@@ -160,30 +165,7 @@ class PrefillGate:
             reason = Reason.NO_DECODE
         elif waiting_tokens >= self._dense:
             reason = Reason.DENSE
-        elif self._h + 1 >= self._budget:
-            reason = Reason.BUDGET
-        else:
-            self._h += 1
-            return _DECISIONS[Reason.HOLD]
-        self._h = 0
-        return _DECISIONS[reason]
-
-    def _decide_with_valve(self, waiting_tokens: int, decode_seqs: int) -> Decision:
-        """The same rules with STALL before BUDGET; the memory is kept on every pass."""
-        if waiting_tokens > self._last:
-            self._quiet = 0
-        else:
-            self._quiet += 1
-        self._last = waiting_tokens
-        if waiting_tokens == 0:
-            reason = Reason.EMPTY
-        elif not self._enabled:
-            reason = Reason.DISABLED
-        elif decode_seqs == 0:
-            reason = Reason.NO_DECODE
-        elif waiting_tokens >= self._dense:
-            reason = Reason.DENSE
-        elif self._quiet >= self._stall:
+        elif self._stall and self._quiet >= self._stall:
             reason = Reason.STALL
         elif self._h + 1 >= self._budget:
             reason = Reason.BUDGET

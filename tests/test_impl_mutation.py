@@ -23,18 +23,20 @@ from tests.mutation import (
 
 SCOPE = "decide_counts"
 
-# decide_counts compares: w == 0, d == 0, w >= dense, h + 1 >= budget.
+# decide_counts compares: the valve's w > last 0, w == 0 1, d == 0 2, w >= dense 3, the
+# valve's quiet >= stall 4, h + 1 >= budget 5 (the valve's own mutants, which need
+# stall_passes > 0: tests/test_stall_gate.py); increments: the valve's quiet 0, h 1.
 MUTANTS = [
-    ("negate", 0),  # w != 0
-    ("negate", 1),  # d != 0
-    ("negate", 2),  # w < dense
-    ("negate", 3),  # h + 1 < budget
-    ("shift", 0),  # w > dense
-    ("shift", 1),  # h + 1 > budget
+    ("negate", 1),  # w != 0
+    ("negate", 2),  # d != 0
+    ("negate", 3),  # w < dense
+    ("negate", 5),  # h + 1 < budget
+    ("shift", 1),  # w > dense
+    ("shift", 3),  # h + 1 > budget
     ("off_by_one", 0),  # h >= budget
     ("drop_not", 0),  # enabled test inverted
     ("drop_assign:self._h", 0),  # a fire no longer resets h
-    ("drop_increment", 0),  # a hold no longer counts
+    ("drop_increment", 1),  # a hold no longer counts
 ]
 
 

@@ -36,9 +36,9 @@ def test_stall_gate_agrees_with_spec_every_pass() -> None:
     assert StallGateLockstep.passes >= MIN_PASSES, StallGateLockstep.passes
 
 
-# _decide_with_valve compares (negate index): w > last 0, w == 0 1, d == 0 2, w >= dense 3,
+# decide_counts compares (negate index): w > last 0, w == 0 1, d == 0 2, w >= dense 3,
 # quiet >= stall 4, h + 1 >= budget 5; (shift index, > and >= only): w > last 0, quiet >= stall 2.
-VALVE = "_decide_with_valve"
+VALVE = "decide_counts"
 MUTANTS = [
     ("negate", 0),  # growth read as "w <= last"
     ("shift", 0),  # an equal fill counts as growth: a flat queue never stalls
