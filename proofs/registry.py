@@ -25,6 +25,10 @@ LEVELS: dict[str, tuple[str, str]] = {
     "scheduler": ("densegate.proofs.scheduler_obligations", "SCHEDULER_OBLIGATIONS"),
     "dp": ("densegate.proofs.dp_obligations", "DP_OBLIGATIONS"),
     "refinement": ("densegate.proofs.refinement.obligations", "REFINEMENT_OBLIGATIONS"),
+    "refinement-scheduler": (
+        "densegate.proofs.refinement.obligations",
+        "SCHEDULER_REFINEMENT_OBLIGATIONS",
+    ),
 }
 """level -> (module, list attribute); later levels register here."""
 

@@ -16,7 +16,7 @@ _STYLE = {"proved": "green", "refuted": "green", "failed": "red", "survived": "r
 
 def _about(r: ObligationResult) -> str:
     """Whether the obligation is about the Z3 model (spec/) or the shipped Python (impl/)."""
-    return "code" if r.level == "refinement" else "model"
+    return "code" if r.level.startswith("refinement") else "model"
 
 
 def _scope(r: ObligationResult) -> str:

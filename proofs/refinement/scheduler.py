@@ -1,0 +1,357 @@
+"""R3: the shipped ``Scheduler`` plans a pass as ``densegate.spec.scheduler`` does.
+
+The abstraction is the spec's own: request slot ``i`` is the ``i``-th request;
+``st``/``c``/``g``/``b`` are its status, ``num_computed``, output length and
+block count, ``free`` the free blocks, ``P``/``M`` its prompt length and
+``max_tokens``. From every configuration the spec admits and every state its
+invariant allows (``invariant_of``, S1-S5's, inductive for 4 requests; a run
+of fewer is one where the rest never arrive), a Scheduler built from that state
+plans one pass (``plan``, then ``observe``, both as shipped) and shows the gate
+the spec's ``(w, d) = (min(planned prefill, B), decodes)``; it also decodes, preempts, chunks and
+admits exactly the slots the spec's plan does, and leaves the spec's block
+counts, ``num_computed`` and free blocks after step 1. Ints are unbounded.
+
+Bounded: ``SLOTS`` requests and block size ``BLOCK_SIZE`` (the spec fixes both
+per machine; the path count grows about tenfold per request: 37 paths for one,
+457 for two). Arrivals and aborts (step 0) are not executed: the state is the
+one after them, which the invariant covers too. Taken as given: lists are their
+lengths (``Counted``), since CrossHair walks a list of symbolic length element
+by element and never finishes; planning reads nothing else of them, and any
+other use would raise and fail the check. The config is built without its
+validating constructor; the ``inputs`` check runs that constructor.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import z3
+from crosshair.libimpl.builtinslib import SymbolicBool
+
+from densegate.impl.sched.request import Request, RequestStatus
+from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
+from densegate.proofs.refinement.mutate import CodeMutant
+from densegate.proofs.refinement.symbolic import NoTracing, fail, guarded, holds, term
+from densegate.proofs.scheduler_obligations import invariant_of
+from densegate.spec.scheduler import RUNNING, WAITING, SchedulerMachine
+
+__all__ = [
+    "BLOCK_SIZE",
+    "R3_CHECKS",
+    "R3_MUTANTS",
+    "SLOTS",
+    "STATEMENT",
+    "Counted",
+    "code_view",
+    "config_for",
+    "constant",
+    "show",
+    "spec_vars",
+    "spec_view",
+]
+
+SLOTS = 2
+BLOCK_SIZE = 2
+SPEC = SchedulerMachine(SLOTS, BLOCK_SIZE)
+_INVARIANT = invariant_of(SPEC)
+PARAMS = ("S", "T", "N", "L", "cap", "B", "K", "chunked", "enabled")
+_BOOLS = ("chunked", "enabled")
+
+
+class Counted:
+    """A list reduced to its length: all that planning reads of a token list, a block
+    table or the free list.
+
+    It has exactly the list operations ``Request`` and ``BlockManager`` use in planning
+    (``len``, truth, ``append``, ``pop``, ``extend``, ``reversed``, ``clear``); any
+    other use (reading an element, iterating) raises, which fails the check.
+    """
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __bool__(self) -> bool:
+        return True if self.n != 0 else False  # noqa: SIM210 (a branch, not a symbolic bool)
+
+    def append(self, item: int) -> None:
+        self.n += 1
+
+    def pop(self) -> int:
+        if self.n == 0:
+            raise IndexError("pop from empty list")
+        self.n -= 1
+        return 0
+
+    def extend(self, items: Counted) -> None:
+        self.n += items.n
+
+    def __reversed__(self) -> Counted:
+        return Counted(self.n)
+
+    def clear(self) -> None:
+        self.n = 0
+
+
+_CONFIG_FIELDS = (
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "num_blocks",
+    "max_model_len",
+    "enable_chunked_prefill",
+    "long_prefill_token_threshold",
+    "dense_tokens",
+    "max_hold_passes",
+    "gate_enabled",
+    "pass_log_size",
+)
+
+
+def config_for(v: Mapping[str, Any], validated: bool, blocks: object = None) -> SchedulerConfig:
+    """The scheduler's config for parameters ``v``; ``validated`` runs its constructor."""
+    values: tuple[Any, ...] = (
+        v["S"], v["T"], BLOCK_SIZE, v["N"] if blocks is None else blocks, v["L"], v["chunked"],
+        v["cap"] if v["chunked"] else None, v["B"], v["K"], v["enabled"], 4096,
+    )  # fmt: skip
+    if validated:
+        return SchedulerConfig(*values)
+    with NoTracing():
+        config: Any = object.__new__(SchedulerConfig)
+        for name, value in zip(_CONFIG_FIELDS, values, strict=True):
+            object.__setattr__(config, name, value)
+        return config  # type: ignore[no-any-return]
+
+
+class _NoGate:
+    """Planning never asks the gate; the check does not build one (its config is R1's)."""
+
+
+_KEYS = [tuple(f"{k}{i}" for k in ("st", "c", "g", "b", "P", "M")) for i in range(SLOTS)]
+
+
+def build(cls: type, v: Mapping[str, Any]) -> tuple[Any, list[Request]]:
+    """A ``cls`` scheduler in the abstract state ``v``, by its public API; one Request a slot."""
+    # The constructor lists num_blocks block ids: it gets a config with one block, then
+    # the config itself and a free list of the state's length.
+    sched = cls(config_for(v, False, 1), _NoGate())
+    sched.config = config_for(v, False)
+    sched.blocks.num_blocks = v["N"]
+    sched.blocks._free = Counted(v["free"])
+    reqs = []
+    for i, (st, c, g, b, P, M) in enumerate(_KEYS):
+        r = Request(str(i), i, Counted(v[P]), v[M], 0, 0.0)  # type: ignore[arg-type]
+        r.output_token_ids = Counted(v[g])  # type: ignore[assignment]
+        r.num_computed = v[c]
+        if v[st] == RUNNING:
+            r.status = RequestStatus.RUNNING
+            r.block_table = Counted(v[b])  # type: ignore[assignment]
+            sched.running.append(r)
+        elif v[st] == WAITING:
+            sched.add(r)
+        reqs.append(r)
+    return sched, reqs
+
+
+Terms = dict[str, z3.ExprRef]
+_NO_EVENTS = {f"{k}{i}": z3.BoolVal(False) for k in ("arrive", "abort") for i in range(SLOTS)}
+_SLOT = ("st", "c", "g", "b")
+
+
+def spec_vars(
+    v: Mapping[str, Any], term: Callable[[Any], z3.ExprRef] = term
+) -> tuple[Terms, Terms]:
+    """The spec's parameters and state for the check's arguments (``term`` reads one)."""
+    p = {k: term(v[k]) for k in PARAMS}
+    p.update({f"{k}{i}": term(v[f"{k}{i}"]) for k in ("P", "M") for i in range(SLOTS)})
+    s: Terms = {"h": z3.IntVal(0), "free": term(v["free"])}
+    s.update({f"{k}{i}": term(v[f"{k}{i}"]) for k in _SLOT for i in range(SLOTS)})
+    return p, s
+
+
+def constant(x: object) -> z3.ExprRef:
+    return z3.BoolVal(x) if isinstance(x, bool) else z3.IntVal(x)
+
+
+_PRE: dict[tuple[int, ...], tuple[Terms, Terms, z3.BoolRef]] = {}
+
+
+def _admitted(v: Mapping[str, Any]) -> bool:
+    """The spec's parameter constraints and its invariant, as one branch (built once)."""
+    with NoTracing():
+        p, s = spec_vars(v)
+        key = tuple(t.get_id() for t in (*p.values(), *s.values()))
+        if key not in _PRE:
+            _PRE[key] = (p, s, z3.And(SPEC.param_ok(p), _INVARIANT(p, s)))
+        return SymbolicBool(_PRE[key][2])  # type: ignore[return-value]
+
+
+def _length(x: object) -> object:
+    return x.n if isinstance(x, Counted) else len(x)  # type: ignore[arg-type]
+
+
+def code_view(sched: Any, reqs: list[Request], plan: Any, seen: Any) -> dict[str, Any]:
+    """What the code's plan decides, named as in the spec (values, symbolic or not)."""
+    chunks = {id(r): n for r, n in (*plan.partials, *plan.admits)}
+    admitted = {id(r) for r, _ in plan.admits}
+    decoding = {id(r) for r in plan.decodes}
+    view = {
+        "w": seen.waiting_tokens,
+        "d": seen.decode_seqs,
+        "preempted": len(plan.preempted),
+        "free": _length(sched.blocks._free),
+    }
+    for i, r in enumerate(reqs):
+        view[f"decode{i}"] = id(r) in decoding
+        view[f"chunk{i}"] = chunks.get(id(r), 0)
+        view[f"admit{i}"] = id(r) in admitted
+        view[f"b{i}"] = _length(r.block_table)
+        view[f"c{i}"] = r.num_computed
+    return view
+
+
+def spec_view(p: Terms, s: Terms) -> dict[str, z3.ExprRef]:
+    """The same, as the spec's terms: steps 0-3 with no arrival or abort."""
+    plan = SPEC.plan(p, s, _NO_EVENTS)
+    w, d = SPEC.observe(p, plan)
+    view = {"w": w, "d": d, "preempted": plan.preempted, "free": plan.free}
+    for i in range(SLOTS):
+        view[f"decode{i}"] = plan.decoding[i]
+        view[f"chunk{i}"] = plan.chunk[i]
+        view[f"admit{i}"] = plan.admit[i]
+        view[f"b{i}"] = plan.b[i]
+        view[f"c{i}"] = plan.c[i]
+    return view
+
+
+def _differences(v: Mapping[str, Any], code: Mapping[str, Any]) -> list[tuple[str, z3.BoolRef]]:
+    """(name, code == spec) for everything the plan decides, as terms."""
+    spec = spec_view(*spec_vars(v))
+    return [(k, term(code[k]) == spec[k]) for k in spec]
+
+
+def _signature(slots: int) -> inspect.Signature:
+    """The check's arguments: the parameters, free blocks, then each slot's state and lengths."""
+    names = [*PARAMS, "free"] + [f"{k}{i}" for i in range(slots) for k in (*_SLOT, "P", "M")]
+    kind = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter(n, kind, annotation=bool if n in _BOOLS else int) for n in names]
+    return inspect.Signature(params, return_annotation=None)
+
+
+def _check(cls: type) -> Callable[..., None]:
+    """One pass planned by ``cls`` (the shipped Scheduler or a mutant) against the spec."""
+
+    def check(**v: Any) -> None:
+        assert _admitted(v)
+        sched, reqs = guarded(lambda: build(cls, v), v)
+        plan = guarded(sched.plan, v)
+        seen = guarded(lambda: sched.observe(plan), v)
+        with NoTracing():
+            eqs = _differences(v, code_view(sched, reqs, plan, seen))
+            same = SymbolicBool(z3.And(*[e for _, e in eqs]))
+        if not same:
+            fail(v, "differs from the spec on " + ", ".join(k for k, e in eqs if not holds(e)))
+
+    check.__signature__ = _signature(SLOTS)  # type: ignore[attr-defined]
+    return check
+
+
+def _inputs_check(cls: type) -> Callable[..., None]:
+    """The config's validating constructor accepts every admitted parameter set and reads
+    it as the spec does (dense_tokens B, chunk cap, the gate's (B, K, enabled)), so the
+    plan check may build it unvalidated."""
+
+    def check(**v: Any) -> None:
+        assert _admitted(v)
+        config = guarded(lambda: config_for(v, True), v)
+        gate = guarded(config.gate_config, v)
+        got = (config.dense, config.chunk_cap, gate.dense_tokens, gate.max_hold_passes)
+        want = (v["B"], v["cap"], v["B"], v["K"])
+        with NoTracing():
+            same = [term(a) == term(b) for a, b in zip(got, want, strict=True)]
+            same.append(term(gate.enabled) == term(v["enabled"]))
+            ok = SymbolicBool(z3.And(*same))
+        if not ok:
+            fail(v, "the config reads its parameters otherwise than the spec")
+
+    check.__signature__ = _signature(SLOTS)  # type: ignore[attr-defined]
+    return check
+
+
+R3_CHECKS: dict[str, Callable[[type], Callable[..., None]]] = {
+    "plan": _check,
+    "inputs": _inputs_check,
+}
+"""Entry point -> check of a Scheduler-like class (the shipped one or a mutant)."""
+
+
+def _m(name: str, description: str, method: str, old: str, new: str) -> CodeMutant:
+    return CodeMutant(name, description, Scheduler, method, old, new)
+
+
+R3_MUTANTS: tuple[CodeMutant, ...] = (
+    _m(
+        "observes_raw_queue",
+        "the gate sees the queue's tokens (capped), not what the pass would admit",
+        "observe",
+        "GateInput(plan.waiting_tokens,",
+        "GateInput(min(self.queued_tokens, self._dense),",
+    ),
+    _m(
+        "not_capped",
+        "the observation is the planned prefill, not capped at dense_tokens",
+        "_plan_prefill",
+        "min(planned, self._dense),",
+        "planned,",
+    ),
+    _m(
+        "decodes_count_partials",
+        "the decode count includes the partial prefills",
+        "observe",
+        "len(plan.decodes))",
+        "len(plan.decodes) + len(plan.partials))",
+    ),
+    _m(
+        "admits_after_preemption",
+        "a pass that preempted still admits from the queue",
+        "_plan_prefill",
+        "if not preempted:",
+        "if True:",
+    ),
+    _m(
+        "preempts_oldest",
+        "KV exhaustion preempts the oldest running request, not the newest",
+        "_plan_decodes",
+        "victim = running[-1]",
+        "victim = running[0]",
+    ),
+)
+"""Broken Schedulers R3 must refute, each with a state on which it plans otherwise."""
+
+STATEMENT = (
+    "code refines model: from every state the scheduler invariant allows, one pass planned by "
+    "Scheduler (plan, then observe) shows the gate the spec's observation (w, d) = "
+    "(min(planned prefill tokens, B), decoding sequences), and decodes, preempts, chunks and "
+    "admits exactly the requests the spec's plan does"
+)
+
+
+def show(row: dict[str, Any]) -> dict[str, Any]:
+    """A counterexample row with each request as the spec prints it: ``<status><c>/<g>b<b>``
+    (W waiting, R running, F finished, A aborted, - not arrived)."""
+    reqs = " ".join(
+        f"{'-WRFA'[row[f'st{i}']]}{row[f'c{i}']}/{row[f'g{i}']}b{row[f'b{i}']}"
+        for i in range(SLOTS)
+    )
+    keep = ("pass", "entry", "free")
+    return {**{k: row[k] for k in keep}, "requests": reqs, "code": row["code"], "spec": row["spec"]}
+
+
+TRACE_PARAMS = (*PARAMS, *(f"{k}{i}" for i in range(SLOTS) for k in ("P", "M")))
+"""The witness entries shown as parameters; the rest (the state) form the trace row."""
