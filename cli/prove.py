@@ -19,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--level",
         action="append",
         metavar="LEVEL",
-        help="only this level (gate, scheduler, dp, refinement); repeatable",
+        help="only this level (gate, scheduler, dp, refinement, refinement-scheduler); repeatable",
     )
     p.add_argument("--only", metavar="IDS", help="comma-separated obligation ids, e.g. P1,P3")
     p.add_argument(

@@ -191,3 +191,13 @@ def test_cli_worker_processes_give_the_same_results(capsys: pytest.CaptureFixtur
             b["triggers"],
             len(b["mutants"]),
         )
+
+
+def test_cli_help_names_every_level(capsys: pytest.CaptureFixture[str]) -> None:
+    from densegate.proofs.registry import LEVELS
+
+    with pytest.raises(SystemExit):
+        main(["prove", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for level in LEVELS:
+        assert level in text, level
