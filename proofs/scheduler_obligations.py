@@ -141,11 +141,24 @@ def _steps_summary(st: Step) -> z3.BoolRef:
         out["w"] == w,
         out["decode_seqs"] == plan.d,
         out["prefill_tokens"] == z3.If(out["fire"], plan.planned, 0),
+        # the commit runs the per-request chunks: their sum is the plan the scans total
+        plan.planned == z3.Sum(plan.chunk),
     )
 
 
-def _head_fits(st: Step) -> z3.BoolRef:
-    return _plan(st).head_fits
+def _head_fits_held(st: Step) -> z3.BoolRef:
+    return z3.And(_plan(st).head_fits, z3.Not(st.out["fire"]))
+
+
+def _owed_cut_short(st: Step) -> z3.BoolRef:
+    plan = _plan(st)
+    return z3.And(st.out["fire"], plan.partial_work > plan.partial_run)
+
+
+def _dense(st: Step) -> z3.BoolRef:
+    from densegate.spec.gate import reason
+
+    return st.out["reason"] == reason("DENSE")
 
 
 def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ignore[no-untyped-def]
@@ -192,11 +205,16 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         "the per-slot scheduler steps its summary: every pass meets the pass facts "
         "(a head that fits is admitted by a fire and plans >= 1 token; owed prefill gets "
         ">= min(owed, cap, T-S+1); nothing planned is negative), its gate sees "
-        "(min(planned, B), decodes) and a fire runs the plan",
+        "(min(planned, B), decodes) and a fire runs the plan, the sum of the per-request "
+        "chunks",
         _steps_summary,
         ["serialized_chunks", "dense_from_queue", "partial_waits_for_full_chunk"],
-        triggers=[_head_fits],
-        trigger_names=["the head of the queue fits"],
+        triggers=[_head_fits_held, _owed_cut_short, _dense],
+        trigger_names=[
+            "a head of the queue that fits is held",
+            "a fire runs less than the prefill owed",
+            "a DENSE fire",
+        ],
     ),
     Obligation(
         id="S6",

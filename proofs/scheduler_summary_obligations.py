@@ -1,8 +1,8 @@
 """Scheduler obligations for any number of requests: S3-S5 on the summary, S7 and S9.
 
 S3, S4 and S5 are proved of ``SchedulerSummary``, which has no request slots,
-so they hold for every number of requests and block size, given the pass
-facts. S7 and S9 prove the pass facts by induction over the requests: the
+so they hold for every number of requests and block size, given the pass facts
+and the per-request facts the scans take as given (``_SUMMARY_SCOPE``). S7 and S9 prove the pass facts by induction over the requests: the
 ``AdmissionScan`` and ``PartialScan`` machines step through the very folds
 ``SchedulerMachine`` builds its steps 3 and 2 from. S8 (in
 ``scheduler_obligations``) checks the glue on the per-slot machine the
@@ -194,6 +194,19 @@ def _scan_mutant(m: Mutant) -> Mutant:
     return named_mutant("admission scan", m.name, m.description, _scan_of(m.machine))  # type: ignore[arg-type]
 
 
+_SUMMARY_SCOPE = (
+    "any number of requests and block size, from the pass facts (S7, S9: any number); "
+    "the per-request facts the scans take as given (generated >= 0, computed <= prompt + "
+    "generated, running <= S) proved at 4 requests, block size 2 (S1's invariant), argued "
+    "beyond"
+)
+"""Exactly what S3-S5 cover as claims about the scheduler (not only the summary)."""
+
+
+def _budget_limited_fire(st: Step) -> z3.BoolRef:
+    return z3.And(st.out["fire"], st.o["work"] > st.o["run"])
+
+
 def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) -> list[Obligation]:
     """S3-S5 (on the summary), S7 and S9 (the scans); ``mutants`` are the per-slot
     scheduler's, whose broken admission and chunk hooks the scans must refute."""
@@ -204,13 +217,15 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
             id="S3",
             level="scheduler",
             statement="density soundness: a DENSE fire runs >= dense_tokens prefill tokens "
-            "(any number of requests and block size)",
+            "(the gate sees min(planned, B) and a fire runs the plan; any number of requests "
+            "and block size)",
             machine=SUMMARY,
             prop=_dense_sound,
             invariant=_summary_inv,
             mutants=[summary_mutants["dense_from_queue"]],
             monitors=_MONITORS,
             readable=_small,
+            scope=_SUMMARY_SCOPE,
             lemmas=lemma,
         ),
         Obligation(
@@ -225,6 +240,7 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
             mutants=[summary_mutants["gate_budget_off_by_one"]],
             monitors=_MONITORS,
             readable=_small,
+            scope=_SUMMARY_SCOPE,
             lemmas=lemma,
             triggers=[_fitting_head_held],
             trigger_names=["a head of the queue that fits is held"],
@@ -232,16 +248,19 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
         Obligation(
             id="S5",
             level="scheduler",
-            statement="prefill progress: pending prefill runs within K passes, and a fire runs "
-            ">= min(owed, cap, T-S+1) owed chunk tokens (any number of requests and block "
-            "size, by S7 and S9)",
+            statement="prefill progress: pending prefill runs within K passes (the gate's hold "
+            "bound), and a fire runs >= min(owed, cap, T-S+1) owed chunk tokens (S9's bound, "
+            "carried as a pass fact; any number of requests and block size)",
             machine=SUMMARY,
             prop=_progress,
             invariant=_summary_inv,
             mutants=[summary_mutants["gate_hold_not_counted"]],
             monitors=_MONITORS,
             readable=_small,
+            scope=_SUMMARY_SCOPE,
             lemmas=lemma,
+            triggers=[_budget_limited_fire],
+            trigger_names=["a fire runs less than the prefill owed"],
         ),
         Obligation(
             id="S7",

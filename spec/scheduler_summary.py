@@ -15,8 +15,10 @@ takes those figures as its observation, constrained only by the *pass facts*
 - nothing planned is negative.
 
 So a property proved of the summary holds for the per-slot scheduler with any
-number of requests and any block size, and obligation S8 checks, on the
-per-slot machine itself, that each of its passes is a step of this summary.
+number of requests and any block size, given the per-request facts the scans
+take as given (proved at 4 requests, argued beyond: see the README), and
+obligation S8 checks, on the per-slot machine at 4 requests, that each of its
+passes is a step of this summary.
 """
 
 from __future__ import annotations
