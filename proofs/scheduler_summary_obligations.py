@@ -2,9 +2,10 @@
 
 S3, S4 and S5 are proved of ``SchedulerSummary``, which has no request slots,
 so they hold for every number of requests and block size, given the pass facts
-and the per-request facts the scans take as given (``_SUMMARY_SCOPE``). S7 and S9 prove the pass facts by induction over the requests: the
-``AdmissionScan`` and ``PartialScan`` machines step through the very folds
-``SchedulerMachine`` builds its steps 3 and 2 from. S8 (in
+and the per-request facts the scans take as given (``_SUMMARY_SCOPE``). S7 and
+S9 prove the pass facts by induction over the requests: the ``AdmissionScan``
+and ``PartialScan`` machines step through the very folds ``SchedulerMachine``
+builds its steps 3 and 2 from. S8 (in
 ``scheduler_obligations``) checks the glue on the per-slot machine the
 implementation is compared against: each of its passes is a summary step.
 """
