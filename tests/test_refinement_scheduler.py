@@ -51,6 +51,7 @@ def test_report_says_code_and_bounded_never_all_parameters(result: ObligationRes
 
     (doc,) = to_json([result], 0.0)["obligations"]
     assert doc["about"] == "code" and doc["bound"] == "2 requests, block size 2"
+    assert doc["parametric"] is False
     assert _scope(result).startswith("bounded: 2 requests, block size 2; impl/sched/")
     assert "all parameters" not in _scope(result)
 

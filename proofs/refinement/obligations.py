@@ -112,7 +112,7 @@ class RefinementObligation:
             self.statement,
             verdict,
             seconds,
-            parametric=True,
+            parametric=self.bound is None,
             bound=self.bound,
             scope=self.scope,
             checks=checks,
