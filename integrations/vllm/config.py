@@ -7,7 +7,9 @@ The gate's parameters come from ``additional_config={"densegate": {...}}``
 (``--additional-config '{"densegate": {...}}'`` on the command line). Defaults
 follow densegate's own scheduler: ``dense_tokens = max_num_batched_tokens -
 max_num_seqs``, the prefill room a step has even when every other sequence slot
-decodes, so a dense step is always reachable.
+decodes, so a dense step is always reachable. ``stall_passes`` (default 0, off)
+turns on the gate's STALL valve: fire once the waiting fill has not grown for
+that many steps.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ CONFIG_KEY = "densegate"
 SUPPORTED_VLLM = ((0, 32), (0, 33))
 """Supported vLLM releases: ``>= 0.32.0, < 0.33`` (the scheduler internals it reads)."""
 
-_KEYS = ("dense_tokens", "max_hold_passes", "enabled")
+_KEYS = ("dense_tokens", "max_hold_passes", "enabled", "stall_passes")
 
 
 class UnsupportedVllmVersion(ImportError):
@@ -92,6 +94,7 @@ def gate_config_from(
     dense = raw.get("dense_tokens", default_dense)
     hold = raw.get("max_hold_passes", 30)
     enabled = raw.get("enabled", True)
+    stall = raw.get("stall_passes", 0)
     if not is_int(dense) or not 1 <= dense <= max_num_batched_tokens:
         raise ValueError(
             f"{_where('dense_tokens')} must be an int in [1, max_num_batched_tokens="
@@ -101,4 +104,8 @@ def gate_config_from(
         raise ValueError(f"{_where('max_hold_passes')} must be an int >= 1, got {hold!r}")
     if not isinstance(enabled, bool):
         raise ValueError(f"{_where('enabled')} must be a bool, got {enabled!r}")
-    return GateConfig(dense, hold, enabled)
+    if not is_int(stall) or stall < 0:
+        raise ValueError(
+            f"{_where('stall_passes')} must be an int >= 0 (0 = the STALL valve off), got {stall!r}"
+        )
+    return GateConfig(dense, hold, enabled, stall)

@@ -154,6 +154,36 @@ class Replay:
     schedule_ns: list[int] = field(default_factory=list)
 
 
+class Cadence:
+    """vLLM's own prefill cadence as its DP engine core drives it (``prefill_schedule_interval``).
+
+    The engine core's step counter starts at 0 when a wave starts (the first busy
+    step after the engine ran dry) and counts busy steps; prefill is throttled
+    unless ``counter % interval == 0``. A wave started iff no request present now
+    was present at the previous step. Pass it as ``replay(throttle=...)``.
+    """
+
+    def __init__(self, sched: Any, interval: int) -> None:
+        if not isinstance(interval, int) or interval < 2:
+            raise ValueError(
+                f"Cadence interval must be an int >= 2 (1: no cadence), got {interval!r}"
+            )
+        self.sched = sched
+        self.interval = interval
+        self.counter = 0
+        self.seen: set[str] = set()
+
+    def __call__(self, step: int) -> bool:
+        now = set(self.sched.requests)
+        if not now & self.seen:
+            self.counter = 0
+        self.seen = now
+        if not now:
+            return False
+        self.counter += 1
+        return (self.counter - 1) % self.interval != 0
+
+
 def prompt_tokens(salt: int, prompt_len: int) -> list[int]:
     """A request's prompt: at least 2 tokens (vLLM's deferral path admits a 1-token one
     as a decode), distinct per request so no prefix is shared."""

@@ -25,6 +25,8 @@ def test_defaults_follow_vllm_budgets_like_our_scheduler() -> None:
 def test_values_are_read() -> None:
     got = _cfg({"dense_tokens": 700, "max_hold_passes": 4, "enabled": False})
     assert got == GateConfig(700, 4, False)
+    assert _cfg({}).stall_passes == 0  # the STALL valve stays off unless asked for
+    assert _cfg({"stall_passes": 3}) == GateConfig(2048 - 128, 30, True, 3)
 
 
 @pytest.mark.parametrize(
@@ -37,6 +39,10 @@ def test_values_are_read() -> None:
         ({"max_hold_passes": 0}, "max_hold_passes"),
         ({"max_hold_passes": 2.5}, "max_hold_passes"),
         ({"enabled": "yes"}, "enabled"),
+        ({"stall_passes": -1}, "stall_passes"),
+        ({"stall_passes": 1.5}, "stall_passes"),
+        ({"stall_passes": "3"}, "stall_passes"),
+        ({"stall_passes": True}, "stall_passes"),
     ],
 )
 def test_a_bad_value_names_its_key(extra: dict[str, object], key: str) -> None:
