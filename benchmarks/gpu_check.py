@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""GPU check of TorchRunner's CUDA-graph decode path (issue 4); needs a CUDA device.
+"""GPU check of TorchRunner's CUDA-graph decode path; needs a CUDA device.
 
 What it checks and records (JSON in ``--out``, default ``$OUT`` or ``.``):
 

@@ -20,7 +20,7 @@ decodes with fewer than ``dense_tokens`` prefill tokens), the share of decode
 tokens that ran in decode-only steps, TTFT in steps (arrival to first token)
 p50/p99/max, and ``schedule()`` microseconds per step with the gate's share of
 it. ``--grid`` instead tries gate configurations (K, S, B) against the cadence
-on the four figures issue 14 sets as the bar, marking any that beats it on all
+on its four figures (the bar the gate must clear), marking any that beats it on all
 four. Steps are the unit, not seconds: no model runs. Run from the repository
 root in a venv with vLLM (``pip install 'densegate[vllm]'``):
 ``python benchmarks/vllm_side_by_side.py`` (``--requests 100`` for a smoke run).
@@ -81,7 +81,7 @@ Four = tuple[int, float, float, float, int]
 
 
 def _four(rep: Replay, budget: int) -> Four:
-    """Issue 14's bar: mixed steps, share of prefill steps under budget/4, decode-only
+    """The cadence's bar: mixed steps, share of prefill steps under budget/4, decode-only
     decode-token share, TTFT p99 and max (steps)."""
     steps = [s for s in rep.steps if s.total_tokens > 0]
     prefill = [s.prefill_tokens for s in steps if s.prefill_tokens]

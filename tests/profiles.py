@@ -1,4 +1,4 @@
-"""Which Hypothesis profile is active, for tests whose size the issue pins per profile."""
+"""Which Hypothesis profile is active, for tests whose size depends on the profile."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Engine's interleavings: the two bugs of issue 10, reproduced as reported, and their fixes.
+"""The Engine's interleavings: two bugs found in review, reproduced as reported, and their fixes.
 
 Bug 1: a caller's ``request_id="1"`` made every later automatic id collide.
 Bug 2: ``abort`` between ``plan()`` and ``execute()`` lost a request (admitted in

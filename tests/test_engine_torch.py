@@ -1,6 +1,6 @@
 """``Engine.generate`` with the torch runner: scheduling never changes greedy tokens.
 
-Issue 4's first done-criterion, through the real ``Engine`` and ``Scheduler``: the
+The runner's first promise, through the real ``Engine`` and ``Scheduler``: the
 same prompts give the same tokens with the gate on and off, with chunked and
 unchunked prefill, with and without preemption by recompute, batched and one
 request at a time, and all of them equal ``reference_generate`` (a plain
