@@ -12,11 +12,14 @@ implementation is compared against: each of its passes is a summary step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import z3
 
 from densegate.proofs.common import named_mutant
 from densegate.proofs.gate_mutants import GATE_MUTANTS
-from densegate.proofs.prover import Monitor, Mutant, Obligation, Step
+from densegate.proofs.prover import Monitor, Mutant, Obligation, Prop, Step
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
@@ -195,6 +198,8 @@ def _scan_mutant(m: Mutant) -> Mutant:
     return named_mutant("admission scan", m.name, m.description, _scan_of(m.machine))  # type: ignore[arg-type]
 
 
+Lemma = Callable[[], z3.BoolRef]
+
 _SUMMARY_SCOPE = (
     "any number of requests and block size, from the pass facts (S7, S9: any number); "
     "the per-request facts the scans take as given (generated >= 0, computed <= prompt + "
@@ -208,58 +213,62 @@ def _budget_limited_fire(st: Step) -> z3.BoolRef:
     return z3.And(st.out["fire"], st.o["work"] > st.o["run"])
 
 
+def _on_summary(id: str, statement: str, prop: Prop, mutant: Mutant, lemma: Lemma,
+                **kw: Any) -> Obligation:  # fmt: skip
+    """S3-S5 share the summary, its invariant, both monitors, the scope and the lemma."""
+    return Obligation(
+        id=id,
+        level="scheduler",
+        statement=statement,
+        machine=SUMMARY,
+        prop=prop,
+        invariant=_summary_inv,
+        mutants=[mutant],
+        monitors=_MONITORS,
+        readable=_small,
+        scope=_SUMMARY_SCOPE,
+        lemmas=[lemma],
+        **kw,
+    )
+
+
 def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) -> list[Obligation]:
     """S3-S5 (on the summary), S7 and S9 (the scans); ``mutants`` are the per-slot
     scheduler's, whose broken admission and chunk hooks the scans must refute."""
-    summary_mutants = _summary_mutants()
-    lemma = [lambda: chunks_never_negative(per_slot)]
+    broken = _summary_mutants()
+
+    def lemma() -> z3.BoolRef:
+        return chunks_never_negative(per_slot)
+
     return [
-        Obligation(
-            id="S3",
-            level="scheduler",
-            statement="density soundness: a DENSE fire runs >= dense_tokens prefill tokens "
-            "(the gate sees min(planned, B) and a fire runs the plan; any number of requests "
-            "and block size)",
-            machine=SUMMARY,
-            prop=_dense_sound,
-            invariant=_summary_inv,
-            mutants=[summary_mutants["dense_from_queue"]],
-            monitors=_MONITORS,
-            readable=_small,
-            scope=_SUMMARY_SCOPE,
-            lemmas=lemma,
+        _on_summary(
+            "S3",
+            "density soundness: a DENSE fire runs >= dense_tokens prefill tokens (the gate "
+            "sees min(planned, B) and a fire runs the plan; any number of requests and block "
+            "size)",
+            _dense_sound,
+            broken["dense_from_queue"],
+            lemma,
         ),
-        Obligation(
-            id="S4",
-            level="scheduler",
-            statement="fitting head admitted: a head of the queue that fits in K consecutive "
-            "passes is admitted by the last of them (the count restarts when it stops fitting; "
-            "S6 bounds the whole wait; any number of requests and block size, by S7)",
-            machine=SUMMARY,
-            prop=_head_admitted,
-            invariant=_summary_inv,
-            mutants=[summary_mutants["gate_budget_off_by_one"]],
-            monitors=_MONITORS,
-            readable=_small,
-            scope=_SUMMARY_SCOPE,
-            lemmas=lemma,
+        _on_summary(
+            "S4",
+            "fitting head admitted: a head of the queue that fits in K consecutive passes is "
+            "admitted by the last of them (the count restarts when it stops fitting; S6 bounds "
+            "the whole wait; any number of requests and block size, by S7)",
+            _head_admitted,
+            broken["gate_budget_off_by_one"],
+            lemma,
             triggers=[_fitting_head_held],
             trigger_names=["a head of the queue that fits is held"],
         ),
-        Obligation(
-            id="S5",
-            level="scheduler",
-            statement="prefill progress: pending prefill runs within K passes (the gate's hold "
-            "bound), and a fire runs >= min(owed, cap, T-S+1) owed chunk tokens (S9's bound, "
-            "carried as a pass fact; any number of requests and block size)",
-            machine=SUMMARY,
-            prop=_progress,
-            invariant=_summary_inv,
-            mutants=[summary_mutants["gate_hold_not_counted"]],
-            monitors=_MONITORS,
-            readable=_small,
-            scope=_SUMMARY_SCOPE,
-            lemmas=lemma,
+        _on_summary(
+            "S5",
+            "prefill progress: pending prefill runs within K passes (the gate's hold bound), "
+            "and a fire runs >= min(owed, cap, T-S+1) owed chunk tokens (S9's bound, carried as "
+            "a pass fact; any number of requests and block size)",
+            _progress,
+            broken["gate_hold_not_counted"],
+            lemma,
             triggers=[_budget_limited_fire],
             trigger_names=["a fire runs less than the prefill owed"],
         ),
