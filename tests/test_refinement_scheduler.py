@@ -101,6 +101,18 @@ def _disagrees(cls: type, w: dict[str, Any]) -> bool:
     code = (seen.waiting_tokens, seen.decode_seqs, len(plan.preempted))
     if code != (out["w"], out["decode_seqs"], out["preempted"]):
         return True
+    # the queue, judged by its own contract: the requests that waited and the ones this
+    # pass preempted, each queued once, in arrival order, waiting, and its token count the
+    # sum of theirs
+    queue = list(sched.waiting)
+    gone = {id(r) for r in plan.preempted}
+    waiting = [r for i, r in enumerate(reqs) if w[f"st{i}"] == WAITING or id(r) in gone]
+    if [q.request_id for q in queue] != [r.request_id for r in waiting]:
+        return True
+    if any(q.status is not RequestStatus.WAITING for q in queue):
+        return True
+    if sched.queued_tokens != sum(q.num_tokens for q in queue):
+        return True
     spec = spec_plan(w)
     chunks = {r.request_id: n for r, n in (*plan.partials, *plan.admits)}
     for i, r in enumerate(reqs):

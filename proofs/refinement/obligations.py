@@ -158,7 +158,7 @@ SCHEDULER_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         sched.R3_MUTANTS,
         "impl/sched/scheduler.py Scheduler.plan and observe, symbolic execution (CrossHair) of "
         "every path; unbounded ints; token lists, block tables and the free list taken as "
-        "their lengths; arrivals and aborts not executed",
+        "their lengths; arrivals, aborts and the commit (steps 0, 4-5) not executed",
         sched.SPEC,
         level="refinement-scheduler",
         bound=f"{sched.SLOTS} requests, block size {sched.BLOCK_SIZE}",

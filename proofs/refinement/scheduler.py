@@ -207,7 +207,13 @@ def code_view(sched: Any, reqs: list[Request], plan: Any, seen: Any) -> dict[str
         "preempted": len(plan.preempted),
         "free": _length(sched.blocks._free),
     }
+    running = {id(r) for r in sched.running}
+    queue = [id(r) for r in sched.waiting]
+    view["queue_order"] = queue == [id(r) for r in reqs if id(r) in set(queue)]
+    view["queued_tokens"] = sched.queued_tokens
     for i, r in enumerate(reqs):
+        view[f"running{i}"] = id(r) in running and r.status is RequestStatus.RUNNING
+        view[f"queued{i}"] = id(r) in set(queue) and r.status is RequestStatus.WAITING
         view[f"decode{i}"] = id(r) in decoding
         view[f"chunk{i}"] = chunks.get(id(r), 0)
         view[f"admit{i}"] = id(r) in admitted
@@ -221,7 +227,14 @@ def spec_view(p: Terms, s: Terms) -> dict[str, z3.ExprRef]:
     plan = SPEC.plan(p, s, _NO_EVENTS)
     w, d = SPEC.observe(p, plan)
     view = {"w": w, "d": d, "preempted": plan.preempted, "free": plan.free}
+    # the waiting queue is the waiting slots in arrival order, and holds their tokens
+    view["queue_order"] = z3.BoolVal(True)
+    view["queued_tokens"] = z3.Sum(
+        [z3.If(plan.st[i] == WAITING, p[f"P{i}"] + plan.g[i], 0) for i in range(SLOTS)]
+    )
     for i in range(SLOTS):
+        view[f"running{i}"] = plan.st[i] == RUNNING
+        view[f"queued{i}"] = plan.st[i] == WAITING
         view[f"decode{i}"] = plan.decoding[i]
         view[f"chunk{i}"] = plan.chunk[i]
         view[f"admit{i}"] = plan.admit[i]
@@ -323,6 +336,20 @@ R3_MUTANTS: tuple[CodeMutant, ...] = (
         "_plan_prefill",
         "if not preempted:",
         "if True:",
+    ),
+    _m(
+        "preempted_lost",
+        "a preempted request is marked waiting but never queued again",
+        "_preempt",
+        "self.waiting.appendleft(r)",
+        "pass",
+    ),
+    _m(
+        "queued_tokens_stale",
+        "a preemption does not add the request's tokens back to the queue's count",
+        "_preempt",
+        "self._queued_tokens += r.num_tokens",
+        "pass",
     ),
     _m(
         "preempts_oldest",

@@ -63,14 +63,22 @@ def spec_plan(witness: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _where(view: Mapping[str, Any], i: int) -> str:
+    """R running, W queued, - neither (the spec's status after step 1)."""
+    return "R" if view[f"running{i}"] else "W" if view[f"queued{i}"] else "-"
+
+
 def _text(view: Mapping[str, Any]) -> str:
     slots = " ".join(
-        f"{'D' if view[f'decode{i}'] else '-'}{'A' if view[f'admit{i}'] else '-'}"
+        f"{_where(view, i)}{'D' if view[f'decode{i}'] else '-'}"
+        f"{'A' if view[f'admit{i}'] else '-'}"
         f"+{view[f'chunk{i}']} c={view[f'c{i}']} b={view[f'b{i}']}"
         for i in range(SLOTS)
     )
+    queue = f"queue {'in order' if view['queue_order'] else 'out of order'}"
     return (
-        f"w={view['w']} d={view['d']} preempted={view['preempted']} free={view['free']} | {slots}"
+        f"w={view['w']} d={view['d']} preempted={view['preempted']} free={view['free']} "
+        f"{queue} queued_tokens={view['queued_tokens']} | {slots}"
     )
 
 
