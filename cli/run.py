@@ -111,6 +111,8 @@ def _print(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from densegate.impl.traces.replay import S6_SCOPE
+
     t = Table(
         title=f"densegate run (gate {s['gate']}, runner {s['runner_kind']})", show_header=False
     )
@@ -131,7 +133,7 @@ def _print(s: dict[str, Any]) -> None:
             **{k: fmt(v) for k, v in s["tpot_passes"].items()})),
         ("TPOT ms p50 / p99", "{p50} / {p99}".format(
             **{k: fmt(v) for k, v in s["tpot_ms"].items()})),
-        ("head TTFT / its S6 bound, worst ratio (S6 proved for 3 requests; checked here)",
+        (f"head TTFT / its S6 bound, worst ratio (S6 proved for {S6_SCOPE}; checked here)",
          _s6(s["s6"])),
         ("dense_tokens / max_hold_passes / stall_passes (0: valve off)",
          f"{s['dense_tokens']} / {s['max_hold_passes']} / {s['stall_passes']}"),

@@ -46,7 +46,7 @@ __all__ = [
 GUARDS = "guards true"
 """Trace column: the commands enabled at the last pass (0 or 2+ is a P7-style bug)."""
 
-RLIMIT = 50_000_000
+RLIMIT = 150_000_000
 """z3 resource budget per query; exceeding it is reported as ``unknown``."""
 
 

@@ -130,3 +130,9 @@ def test_implementation_agrees_with_spec_and_not_with_mutants(
                 differs |= any(got[k] != row[k] for k in got if k in row)
                 state = nxt
             assert differs, (r.id, m.name)
+
+
+def test_the_tables_name_the_slot_count_s6_is_proved_for() -> None:
+    from densegate.impl.traces.replay import S6_SCOPE
+
+    assert f"{TTFT_SLOTS} requests" == S6_SCOPE
