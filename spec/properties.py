@@ -106,6 +106,15 @@ PROPERTIES: tuple[Property, ...] = (
         "stall memory) one call of AlignedGate.decide on any reduced vector and tick the "
         "spec admits returns the spec's decision and reason and leaves the spec's next state",
     ),
+    Property(
+        "R3",
+        "Scheduler plans as the spec scheduler",
+        "code refines model: from every state the scheduler invariant allows, one pass planned "
+        "by Scheduler (plan, then observe) shows the gate the spec's observation (w, d) = "
+        "(min(planned prefill tokens, B), decoding sequences), decodes, preempts, chunks and "
+        "admits exactly the requests the spec's plan does, and keeps each request running or "
+        "queued as the spec's status says, the queue in arrival order",
+    ),
 )
 """Every property, in report order."""
 

@@ -35,6 +35,7 @@ from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import NoTracing, fail, guarded, holds, term
 from densegate.proofs.scheduler_obligations import invariant_of
+from densegate.spec.properties import statement
 from densegate.spec.scheduler import RUNNING, WAITING, SchedulerMachine
 
 __all__ = [
@@ -361,12 +362,7 @@ R3_MUTANTS: tuple[CodeMutant, ...] = (
 )
 """Broken Schedulers R3 must refute, each with a state on which it plans otherwise."""
 
-STATEMENT = (
-    "code refines model: from every state the scheduler invariant allows, one pass planned by "
-    "Scheduler (plan, then observe) shows the gate the spec's observation (w, d) = "
-    "(min(planned prefill tokens, B), decoding sequences), and decodes, preempts, chunks and "
-    "admits exactly the requests the spec's plan does"
-)
+STATEMENT = statement("R3")
 
 
 def show(row: dict[str, Any]) -> dict[str, Any]:
