@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from densegate.impl.cost.timeline import TimeFigures
+from densegate.impl.validation import check_int, check_positive_float
 
 __all__ = [
     "DEFAULT_DENSE_FRACTIONS",
@@ -62,9 +63,7 @@ class Target:
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
             raise TuneError(f"TTFT target unit must be one of {UNITS}, got {self.unit!r}")
-        v = self.value
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-            raise TuneError(f"TTFT target must be a finite number > 0 {self.unit}, got {v!r}")
+        _checked(check_positive_float, "Target", f"value ({self.unit})", self.value)
 
     def __str__(self) -> str:
         return f"{self.value:g} {self.unit}" + (" (modeled)" if self.unit == "ms" else "")
@@ -151,6 +150,14 @@ class Tuning:
         }
 
 
+def _checked(check: Callable[..., None], *args: object) -> None:
+    """The project's own field check, its error raised as a ``TuneError``."""
+    try:
+        check(*args)
+    except ValueError as e:
+        raise TuneError(str(e)) from None
+
+
 def check_workloads(names: Sequence[str], known: Sequence[str]) -> None:
     if not names:
         raise TuneError("no workload given")
@@ -171,15 +178,13 @@ def grid(dense: Sequence[int], holds: Sequence[int], token_budget: int) -> list[
     if not dense or not holds:
         raise TuneError(f"empty grid: dense_tokens {list(dense)}, max_hold_passes {list(holds)}")
     for b in dense:
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise TuneError(f"dense_tokens must be ints >= 1, got {b!r}")
+        _checked(check_int, "tune", "dense_tokens", b, 1)
         if b > token_budget:
             raise TuneError(
                 f"dense_tokens {b} is over the token budget {token_budget}: no pass could be dense"
             )
     for k in holds:
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise TuneError(f"max_hold_passes must be ints >= 1, got {k!r}")
+        _checked(check_int, "tune", "max_hold_passes", k, 1)
     return [Candidate(b, k) for b in dict.fromkeys(dense) for k in dict.fromkeys(holds)]
 
 
