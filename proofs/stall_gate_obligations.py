@@ -22,6 +22,7 @@ from densegate.proofs.common import (
 from densegate.proofs.prover import Monitor, Mutant, Obligation, Prop, Step
 from densegate.proofs.stall_gate_mutants import STALL_GATE_MUTANTS
 from densegate.spec.machine import Machine, Vars
+from densegate.spec.properties import statement
 from densegate.spec.stall_gate import (
     STALL_GATE,
     StallGateMachine,
@@ -30,20 +31,8 @@ from densegate.spec.stall_gate import (
     valve_off,
 )
 
-__all__ = ["STALL_GATE_OBLIGATIONS", "STATEMENTS"]
+__all__ = ["STALL_GATE_OBLIGATIONS"]
 
-STATEMENTS = {
-    "V1": "bounded hold with the valve: a waiting episode fires within K passes (age < K); "
-    "BUDGET only after K-1 holds",
-    "V2": "stall: a pass with waiting work whose fill has not grown for S > 0 passes FIREs; "
-    "STALL only then, and only on a pass GATE would hold or spend its budget on "
-    "(enabled, d > 0, 0 < w < B); HOLD => enabled, d > 0, 0 < w < B, not stalled",
-    "V3": "valve off: with S = 0 the stall gate equals GATE step for step "
-    "(decision, reason, counter)",
-    "V4": "determinism and totality with the valve: exactly one command per state and "
-    "observation; HOLD decreases the rank K-1-h >= 0 (no deadlock)",
-}
-"""The V obligations' one-sentence statements, as the proof table prints them."""
 
 # The property's own record of the fill, kept apart from the machine's q and n.
 LAST = Monitor("last", z3.Int, init=lambda p: z3.IntVal(0), update=lambda st: st.o["w"])
@@ -107,7 +96,7 @@ def _ob(
     return Obligation(
         id=id,
         level="gate",
-        statement=STATEMENTS[id],
+        statement=statement(id),
         machine=machine,
         prop=prop,
         invariant=invariant,

@@ -93,6 +93,31 @@ PROPERTIES: tuple[Property, ...] = (
         "HOLD => enabled, W > 0, D > 0 and not dense",
     ),
     Property(
+        "V1",
+        "bounded hold with the valve",
+        "bounded hold with the valve: a waiting episode fires within K passes (age < K); "
+        "BUDGET only after K-1 holds",
+    ),
+    Property(
+        "V2",
+        "stall",
+        "stall: a pass with waiting work whose fill has not grown for S > 0 passes FIREs; "
+        "STALL only then, and only on a pass GATE would hold or spend its budget on "
+        "(enabled, d > 0, 0 < w < B); HOLD => enabled, d > 0, 0 < w < B, not stalled",
+    ),
+    Property(
+        "V3",
+        "valve off",
+        "valve off: with S = 0 the stall gate equals GATE step for step "
+        "(decision, reason, counter)",
+    ),
+    Property(
+        "V4",
+        "determinism and totality with the valve",
+        "determinism and totality with the valve: exactly one command per state and "
+        "observation; HOLD decreases the rank K-1-h >= 0 (no deadlock)",
+    ),
+    Property(
         "R1",
         "PrefillGate refines the gate",
         "code refines model: a fresh PrefillGate starts at the spec's h = 0, and from every "
