@@ -34,6 +34,22 @@ import z3
 
 from densegate.spec.gate import GATE, GateMachine
 from densegate.spec.machine import Command, Machine, Vars
+from densegate.spec.scheduler_request import (
+    ABORTED,
+    FINISHED,
+    NOT_ARRIVED,
+    RUNNING,
+    WAITING,
+    Req,
+    decodes,
+    end_or_join,
+    needs_block,
+    owed,
+    preempt,
+    reserve_and_run,
+    sample,
+    take_block,
+)
 from densegate.spec.scheduler_scan import admit_start, admit_step, partial_step
 
 __all__ = [
@@ -45,8 +61,6 @@ __all__ = [
     "PassPlan",
     "SchedulerMachine",
 ]
-
-NOT_ARRIVED, WAITING, RUNNING, FINISHED, ABORTED = range(5)
 
 _PARAMS = ("S", "T", "N", "L", "cap", "B", "K")
 _SLOT_PARAMS = ("P", "M")
@@ -236,41 +250,36 @@ class SchedulerMachine(Machine):
         R, bs = self.R, self.bs
         P = self.slot(p, "P")
         st, c, g, b = (self.slot(s, k) for k in _SLOT_STATE)
+        reqs = [Req(*x) for x in zip(st, c, g, b, strict=True)]
         free = s["free"]
         arrive, abort = self.slot(o, "arrive"), self.slot(o, "abort")
         # 0. aborts, then arrivals
         for i in range(R):
-            free = z3.If(abort[i], free + b[i], free)
-            b[i] = z3.If(abort[i], 0, b[i])
-            st[i] = z3.If(abort[i], ABORTED, z3.If(arrive[i], WAITING, st[i]))
+            reqs[i], free = end_or_join(reqs[i], free, abort=abort[i], arrive=arrive[i])
         # 1. decodes in slot order; preempt the highest running slot when KV is out
         decoding: list[z3.BoolRef] = []
         preempted: z3.ArithRef = z3.IntVal(0)
         for i in range(R):
-            dec = z3.And(st[i] == RUNNING, g[i] >= 1, c[i] == P[i] + g[i] - 1)
-            grow = z3.And(dec, b[i] * bs < P[i] + g[i])
+            dec = decodes(reqs[i], P[i])
+            grow = z3.And(dec, needs_block(reqs[i], P[i], bs))
             short = z3.And(grow, free == 0)
             later_running = z3.BoolVal(False)
             for j in reversed(range(i, R)):
-                victim = z3.And(short, st[j] == RUNNING, z3.Not(later_running))
-                later_running = z3.Or(later_running, st[j] == RUNNING)
-                free = z3.If(victim, free + self.preempt_frees(b[j]), free)
-                st[j] = z3.If(victim, WAITING, st[j])
-                c[j] = z3.If(victim, 0, c[j])
-                b[j] = z3.If(victim, 0, b[j])
+                running_j = reqs[j].st == RUNNING
+                victim = z3.And(short, running_j, z3.Not(later_running))
+                later_running = z3.Or(later_running, running_j)
+                reqs[j], free = preempt(reqs[j], free, victim, self.preempt_frees)
                 preempted = preempted + z3.If(victim, 1, 0)
-            dec = z3.And(dec, st[i] == RUNNING)
-            take = z3.And(dec, grow)
-            b[i] = z3.If(take, b[i] + 1, b[i])
-            free = z3.If(take, free - 1, free)
+            reqs[i], free, dec = take_block(reqs[i], free, dec=dec, grow=grow)
             decoding.append(dec)
+        st, c, g, b = ([getattr(r, k) for r in reqs] for k in _SLOT_STATE)
         d = _count(decoding)
         # 2. partial prefills from the pass budget: a fold of ``partial_step``
         budget: z3.ArithRef = p["T"] - d
         chunk: list[z3.ArithRef] = []
         work: list[z3.ArithRef] = []
         for i in range(R):
-            left = z3.If(z3.And(st[i] == RUNNING, z3.Not(decoding[i])), P[i] + g[i] - c[i], 0)
+            left = owed(reqs[i], P[i], decoding[i])
             budget, n = partial_step(self.partial_chunk, budget, left, p["cap"])
             work.append(left)
             chunk.append(n)
@@ -327,35 +336,27 @@ class SchedulerMachine(Machine):
         h_next: z3.ArithRef,
     ) -> tuple[dict[str, z3.ExprRef], dict[str, z3.ExprRef]]:
         P, M = self.slot(p, "P"), self.slot(p, "M")
-        st, c, b = list(plan.st), list(plan.c), list(plan.b)
-        g = list(plan.g)
+        reqs = [Req(*x) for x in zip(plan.st, plan.c, plan.g, plan.b, strict=True)]
         free = plan.free
-        nxt: dict[str, z3.ExprRef] = {}
         for i in range(self.R):
-            run = z3.And(fire, plan.chunk[i] > 0)
-            adm = z3.And(fire, plan.admit[i])
-            st[i] = z3.If(adm, RUNNING, st[i])
-            b[i] = z3.If(adm, plan.need[i], b[i])
-            free = z3.If(adm, free - plan.need[i], free)
-            c[i] = z3.If(run, c[i] + plan.chunk[i], z3.If(plan.decoding[i], c[i] + 1, c[i]))
+            reqs[i], free = reserve_and_run(
+                reqs[i], free, fire=fire, chunk=plan.chunk[i], admit=plan.admit[i],
+                need=plan.need[i], dec=plan.decoding[i],
+            )  # fmt: skip
         outs: dict[str, z3.ExprRef] = dict(gate_out)
         outs["prefill_tokens"] = z3.If(fire, plan.planned, 0)
         outs["prefill_seqs"] = z3.If(fire, _count([n > 0 for n in plan.chunk]), 0)
         outs["decode_seqs"] = plan.d
         outs["preempted"] = plan.preempted
-        outs["waiting"] = _count([x == WAITING for x in st])
-        outs["running"] = _count([x == RUNNING for x in st])
+        outs["waiting"] = _count([r.st == WAITING for r in reqs])
+        outs["running"] = _count([r.st == RUNNING for r in reqs])
         outs["kv_free"] = free
         for i in range(self.R):
             scheduled = z3.Or(plan.decoding[i], z3.And(fire, plan.chunk[i] > 0))
-            sample = z3.And(scheduled, c[i] == P[i] + g[i])
-            g[i] = z3.If(sample, g[i] + 1, g[i])
-            done = z3.And(sample, g[i] == M[i])
-            st[i] = z3.If(done, FINISHED, st[i])
-            free = z3.If(done, free + b[i], free)
-            b[i] = z3.If(done, 0, b[i])
-        for k, xs in zip(_SLOT_STATE, (st, c, g, b), strict=True):
-            nxt.update({f"{k}{i}": x for i, x in enumerate(xs)})
+            reqs[i], free = sample(reqs[i], free, scheduled=scheduled, prompt=P[i], most=M[i])
+        nxt: dict[str, z3.ExprRef] = {}
+        for k in _SLOT_STATE:
+            nxt.update({f"{k}{i}": getattr(r, k) for i, r in enumerate(reqs)})
         nxt["free"] = free
         nxt["h"] = h_next
         return outs, nxt
