@@ -37,6 +37,13 @@ class _PreemptionLeaks(SchedulerMachine):
         return held - 1
 
 
+class _PromptOnlyReservation(SchedulerMachine):
+    """An admission reserves blocks for the prompt only, not the tokens it recomputes."""
+
+    def reserved_tokens(self, prompt: z3.ArithRef, generated: z3.ArithRef) -> z3.ArithRef:
+        return prompt
+
+
 class _PartialWaitsForFullChunk(SchedulerMachine):
     """A partial prefill runs only when its whole next chunk fits the budget."""
 
@@ -61,6 +68,10 @@ _CATALOG = {
     ),
     "dense_from_queue": (_DenseFromQueue, "gate's w counts the whole queue (flaw 3)"),
     "preemption_leaks": (_PreemptionLeaks, "a preemption returns one block too few"),
+    "prompt_only_reservation": (
+        _PromptOnlyReservation,
+        "an admission reserves blocks for the prompt only, not prompt + generated",
+    ),
     "partial_waits_for_full_chunk": (
         _PartialWaitsForFullChunk,
         "a partial prefill waits until its whole next chunk fits",

@@ -187,6 +187,10 @@ class SchedulerMachine(Machine):
         """The next chunk of a partial prefill with ``left`` tokens to go."""
         return z3.If(z3.And(left > 0, budget > 0), _min(left, cap, budget), 0)
 
+    def reserved_tokens(self, prompt: z3.ArithRef, generated: z3.ArithRef) -> z3.ArithRef:
+        """Tokens an admission reserves blocks for: all it will recompute."""
+        return prompt + generated
+
     def admission_allowed(self, partial_run: z3.ArithRef) -> z3.BoolRef:
         """Whether new requests may join a pass that runs ``partial_run`` chunk tokens."""
         return z3.BoolVal(True)
@@ -294,7 +298,7 @@ class SchedulerMachine(Machine):
         need: list[z3.ArithRef] = []
         for i in range(R):
             total = P[i] + g[i]
-            nb = self.blocks_for(total)
+            nb = self.blocks_for(self.reserved_tokens(P[i], g[i]))
             acc, ok, n = admit_step(
                 acc, waiting=st[i] == WAITING, total=total, need=nb,
                 chunked=p["chunked"], cap=p["cap"], quiet=quiet, allowed=allowed,

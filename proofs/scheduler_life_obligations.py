@@ -1,0 +1,124 @@
+"""S10: every request stays well-formed and moves blocks only to and from the free pool.
+
+Proved of ``RequestLife``: one request's part of a pass with everything the
+other requests decide left arbitrary, so the result holds for each request
+of a scheduler with any number of them. ``request_ok`` is the per-request half
+of the per-slot invariant (``scheduler_obligations.invariant_of`` uses it as
+is); the facts S3-S5 and S9 take as given (generated >= 0, computed <= prompt +
+generated) are conjuncts of it, and "each pass changes free blocks by exactly
+what the request gives back or takes" is what block conservation (S2) sums.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from densegate.proofs.common import named_mutant
+from densegate.proofs.prover import Mutant, Obligation, Step
+from densegate.proofs.scheduler_mutants import scheduler_mutants
+from densegate.spec.machine import Vars
+from densegate.spec.scheduler import SchedulerMachine
+from densegate.spec.scheduler_life import RequestLife
+from densegate.spec.scheduler_request import NOT_ARRIVED, RUNNING, WAITING, Req
+
+__all__ = ["LIFE_BLOCK_SIZE", "life_obligation", "request_ok"]
+
+LIFE_BLOCK_SIZE = 2
+
+
+def request_ok(P: z3.ArithRef, M: z3.ArithRef, r: Req, bs: int) -> list[z3.BoolRef]:
+    """One request's well-formedness: counts in range, blocks held only while running and
+    enough for every computed token (and the next one unless it decodes next)."""
+    decoding = z3.And(r.g >= 1, r.c == P + r.g - 1)
+    return [
+        r.st >= NOT_ARRIVED,
+        r.st <= 4,
+        r.b >= 0,
+        r.c >= 0,
+        r.g >= 0,
+        r.g <= M,
+        z3.Implies(r.st != RUNNING, r.b == 0),
+        z3.Implies(
+            r.st == RUNNING,
+            z3.And(
+                r.b >= 1,
+                r.b * bs >= P + r.g - 1,
+                z3.Or(decoding, r.b * bs >= P + r.g),
+                r.c < P + r.g,
+                r.g < M,
+            ),
+        ),
+        z3.Implies(r.st == WAITING, z3.And(r.c == 0, r.g < M)),
+        z3.Implies(r.st == NOT_ARRIVED, z3.And(r.c == 0, r.g == 0)),
+    ]
+
+
+def _req(s: Vars) -> Req:
+    return Req(s["st"], s["c"], s["g"], s["b"])
+
+
+def _life_inv(bs: int):  # type: ignore[no-untyped-def]
+    def inv(p: Vars, s: Vars) -> z3.BoolRef:
+        return z3.And(*request_ok(p["P0"], p["M0"], _req(s), bs))
+
+    return inv
+
+
+def _facts(st: Step) -> z3.BoolRef:
+    """What the other obligations take from S10, about the request after the pass."""
+    r, P = _req(st.s2), st.p["P0"]
+    bs = st.machine.m.bs  # type: ignore[attr-defined]
+    live = z3.Or(r.st == WAITING, r.st == RUNNING)
+    return z3.And(
+        r.g >= 0,
+        z3.Implies(live, r.c <= P + r.g),
+        z3.Implies(r.st == RUNNING, z3.And(r.b >= 1, r.b * bs >= r.c)),
+        z3.Implies(r.st != RUNNING, r.b == 0),
+        st.out["freed"] == st.s["b"] - r.b,
+    )
+
+
+def _preempted(st: Step) -> z3.BoolRef:
+    return z3.And(st.o["victim"], st.s["b"] > 0)
+
+
+def _readmitted(st: Step) -> z3.BoolRef:
+    return z3.And(st.out["admit"], st.o["fire"], st.s["g"] > 0)
+
+
+def _finishes(st: Step) -> z3.BoolRef:
+    return z3.And(st.s["st"] == RUNNING, st.s2["b"] == 0, st.s2["g"] == st.p["M0"])
+
+
+def _readable(p: Vars) -> z3.BoolRef:
+    return z3.And(p["T"] <= 6, p["N"] <= 6, p["L"] <= 6, p["cap"] <= 4, p["S"] <= 2)
+
+
+def _life_mutant(m: Mutant) -> Mutant:
+    return named_mutant("request life", m.name, m.description, RequestLife(m.machine))  # type: ignore[arg-type]
+
+
+def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
+    """S10 at block size ``bs`` (a Python int keeps every constraint linear)."""
+    broken = {k: _life_mutant(m) for k, m in scheduler_mutants(1, bs).items()}
+    return Obligation(
+        id="S10",
+        level="scheduler",
+        statement="request life: whatever the other requests do (any number of them), each "
+        "request keeps generated >= 0, computed <= prompt + generated while queued or running, >= 1 block while "
+        "running and none otherwise, blocks for every token it has computed, and each pass "
+        "changes the free pool by exactly the blocks it gives back or takes",
+        machine=RequestLife(SchedulerMachine(1, bs)),
+        prop=_facts,
+        invariant=_life_inv(bs),
+        mutants=[broken["preemption_leaks"], broken["prompt_only_reservation"]],
+        readable=_readable,
+        trace_depth=8,
+        triggers=[_preempted, _readmitted, _finishes],
+        trigger_names=[
+            "the request is preempted",
+            "a preempted request is admitted again",
+            "the request finishes",
+        ],
+        scope=f"any number of requests, block size {bs}",
+    )
