@@ -42,6 +42,7 @@ def _inv(p: Vars, s: Vars) -> z3.BoolRef:
         z3.Implies(s["rest_run"] == 0, s["rest_held"] == 0),
         s["d"] >= 0,
         s["owing"] >= 0,
+        s["pre"] >= 0,
         s["run_done"] == s["d"] + s["owing"],
         s["done_held"] >= s["run_done"],
         z3.Implies(s["run_done"] == 0, s["done_held"] == 0),
@@ -54,6 +55,7 @@ def _prop(st: Step) -> z3.BoolRef:
     s2 = st.s2
     return z3.And(
         s2["free"] >= 0,
+        s2["pre"] >= 0,
         s2["free"] + s2["done_held"] + s2["rest_held"] == st.p["N"],
         s2["run_done"] + s2["rest_run"] + s2["pre"] == st.p["run0"],
         z3.Implies(s2["pre"] > 0, s2["d"] + s2["owing"] > 0),

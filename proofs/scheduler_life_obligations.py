@@ -105,9 +105,10 @@ def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
         id="S10",
         level="scheduler",
         statement="request life: whatever the other requests do (any number of them), each "
-        "request keeps generated >= 0, computed <= prompt + generated while queued or running, >= 1 block while "
-        "running and none otherwise, blocks for every token it has computed, and each pass "
-        "changes the free pool by exactly the blocks it gives back or takes",
+        "request keeps generated >= 0, computed <= prompt + generated while queued or "
+        "running, >= 1 block while running and none otherwise, blocks for every token it "
+        "has computed, and each pass changes the free pool by exactly the blocks it gives "
+        "back or takes",
         machine=RequestLife(SchedulerMachine(1, bs)),
         prop=_facts,
         invariant=_life_inv(bs),

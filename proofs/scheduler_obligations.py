@@ -17,7 +17,10 @@ from collections.abc import Callable
 
 import z3
 
+from densegate.proofs.decode_scan_obligations import decode_obligation
+from densegate.proofs.pass_ledger_obligations import ledger_obligations
 from densegate.proofs.prover import Obligation, Step
+from densegate.proofs.scheduler_life_obligations import life_obligation, request_ok
 from densegate.proofs.scheduler_mutants import scheduler_mutants
 from densegate.proofs.scheduler_summary_obligations import summary_obligations
 from densegate.proofs.scheduler_ttft import (
@@ -28,12 +31,15 @@ from densegate.proofs.scheduler_ttft import (
     ttft_triggers,
 )
 from densegate.spec.machine import Vars
+from densegate.spec.pass_ledger import ledger_facts
 from densegate.spec.scheduler import (
     NOT_ARRIVED,
     RUNNING,
     WAITING,
+    PassPlan,
     SchedulerMachine,
 )
+from densegate.spec.scheduler_request import Req
 from densegate.spec.scheduler_summary import pass_facts
 
 __all__ = [
@@ -71,28 +77,7 @@ def invariant_of(m: SchedulerMachine) -> Callable[[Vars, Vars], z3.BoolRef]:
             running <= p["S"],
         ]
         for i in range(m.R):
-            decoding = z3.And(g[i] >= 1, c[i] == P[i] + g[i] - 1)
-            cons += [
-                st[i] >= NOT_ARRIVED,
-                st[i] <= 4,
-                b[i] >= 0,
-                c[i] >= 0,
-                g[i] >= 0,
-                g[i] <= M[i],
-                z3.Implies(st[i] != RUNNING, b[i] == 0),
-                z3.Implies(
-                    st[i] == RUNNING,
-                    z3.And(
-                        b[i] >= 1,
-                        b[i] * bs >= P[i] + g[i] - 1,
-                        z3.Or(decoding, b[i] * bs >= P[i] + g[i]),
-                        c[i] < P[i] + g[i],
-                        g[i] < M[i],
-                    ),
-                ),
-                z3.Implies(st[i] == WAITING, z3.And(c[i] == 0, g[i] < M[i])),
-                z3.Implies(st[i] == NOT_ARRIVED, z3.And(c[i] == 0, g[i] == 0)),
-            ]
+            cons += request_ok(P[i], M[i], Req(st[i], c[i], g[i], b[i]), bs)
             if i > 0:
                 cons.append(z3.Implies(st[i] != NOT_ARRIVED, st[i - 1] != NOT_ARRIVED))
             cons += [z3.Implies(st[i] == WAITING, st[j] != RUNNING) for j in range(i + 1, m.R)]
@@ -122,6 +107,49 @@ def _conserved(st: Step) -> z3.BoolRef:
     return z3.And(st.s2["free"] >= 0, st.s2["free"] + z3.Sum(b) == st.p["N"])
 
 
+def _count(xs: list[z3.BoolRef]) -> z3.ArithRef:
+    return z3.Sum([z3.If(x, 1, 0) for x in xs])
+
+
+def _pairs(plan: PassPlan) -> list[tuple[z3.ArithRef, z3.BoolRef]]:
+    return list(zip(plan.st, plan.decoding, strict=True))
+
+
+def _meets_ledger(st: Step) -> z3.BoolRef:
+    """The pass's figures at each phase boundary meet ``ledger_facts``."""
+    m: SchedulerMachine = st.machine  # type: ignore[assignment]
+    plan, s, o, s2, R = _plan(st), st.s, st.o, st.s2, m.R
+    st0, b, ab = m.slot(s, "st"), m.slot(s, "b"), m.slot(o, "abort")
+    arrive = m.slot(o, "arrive")
+    freed0 = z3.Sum([z3.If(ab[i], b[i], 0) for i in range(R)])
+    fig = {
+        "free0": s["free"] + freed0,
+        "held0": z3.Sum(b) - freed0,
+        "run0": _count([z3.And(st0[i] == RUNNING, z3.Not(ab[i])) for i in range(R)]),
+        "wait0": _count(
+            [z3.Or(z3.And(st0[i] == WAITING, z3.Not(ab[i])), arrive[i]) for i in range(R)]
+        ),
+        "free1": plan.free,
+        "run1": _count([x == RUNNING for x in plan.st]),
+        "wait1": _count([x == WAITING for x in plan.st]),
+        "d": plan.d,
+        "owing": _count([z3.And(x == RUNNING, z3.Not(dec)) for x, dec in _pairs(plan)]),
+        "pre": plan.preempted,
+        "work": plan.partial_work,
+        "planned": plan.planned,
+        "run": plan.partial_run,
+        "k": _count(plan.admit),
+        "a": z3.Sum([z3.If(plan.admit[i], plan.need[i], 0) for i in range(R)]),
+        "free3": s2["free"],
+        "held3": z3.Sum(m.slot(s2, "b")),
+        "run3": _count([x == RUNNING for x in m.slot(s2, "st")]),
+        "head_fits": plan.head_fits,
+        "head_admit": plan.head_admit,
+    }
+    totals = {"free": s["free"], "held": z3.Sum(b), "run": _count([x == RUNNING for x in st0])}
+    return ledger_facts(st.p, totals, fig, st.out["fire"])
+
+
 def _steps_summary(st: Step) -> z3.BoolRef:
     plan, p, out = _plan(st), st.p, st.out
     w = z3.If(plan.planned < p["B"], plan.planned, p["B"])
@@ -140,6 +168,9 @@ def _steps_summary(st: Step) -> z3.BoolRef:
         out["prefill_tokens"] == z3.If(out["fire"], plan.planned, 0),
         # the commit runs the per-request chunks: their sum is the plan the scans total
         plan.planned == z3.Sum(plan.chunk),
+        _meets_ledger(st),
+        _no_idle(st),
+        _conserved(st),
     )
 
 
@@ -185,26 +216,21 @@ def _ttft_inv(p: Vars, s: Vars) -> z3.BoolRef:
 
 SCHEDULER_OBLIGATIONS: list[Obligation] = [
     _ob(
-        "S1",
-        "no deadlock: with any request waiting or running, the pass schedules a token",
-        _no_idle,
-        ["tail_escape_on_running"],
-    ),
-    _ob(
-        "S2",
-        "KV block conservation: free + held = num_blocks, free >= 0, every pass",
-        _conserved,
-        ["preemption_leaks"],
-    ),
-    _ob(
         "S8",
-        "the per-slot scheduler steps its summary: every pass meets the pass facts "
-        "(a head that fits is admitted by a fire and plans >= 1 token; owed prefill gets "
-        ">= min(owed, cap, T-S+1); nothing planned is negative), its gate sees "
-        "(min(planned, B), decodes) and a fire runs the plan, the sum of the per-request "
-        "chunks",
+        "the per-slot scheduler steps its summary and its ledger: every pass meets the pass "
+        "facts (a head that fits is admitted by a fire and plans >= 1 token; owed prefill "
+        "gets >= min(owed, cap, T-S+1); nothing planned is negative) and the ledger facts "
+        "(blocks, slots and requests at each phase boundary), its gate sees (min(planned, "
+        "B), decodes), a fire runs the plan, the sum of the per-request chunks, and the "
+        "pass itself never idles with work and conserves blocks (S1, S2 on this machine)",
         _steps_summary,
-        ["serialized_chunks", "dense_from_queue", "partial_waits_for_full_chunk"],
+        [
+            "serialized_chunks",
+            "dense_from_queue",
+            "partial_waits_for_full_chunk",
+            "tail_escape_on_running",
+            "preemption_leaks",
+        ],
         triggers=[_head_fits_held, _owed_cut_short, _dense],
         trigger_names=[
             "a head of the queue that fits is held",
@@ -239,5 +265,8 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         scope=_TTFT_SCOPE,
     ),
     *summary_obligations(SCHEDULER, _MUTANTS),
+    *ledger_obligations(),
+    life_obligation(BLOCK_SIZE),
+    decode_obligation(BLOCK_SIZE),
 ]
-SCHEDULER_OBLIGATIONS.sort(key=lambda ob: ob.id)
+SCHEDULER_OBLIGATIONS.sort(key=lambda ob: int(ob.id[1:]))

@@ -124,22 +124,52 @@ def _scan_of(m: SchedulerMachine) -> AdmissionScan:
 
 def _scan_inv(p: Vars, s: Vars) -> z3.BoolRef:
     fresh = z3.Not(s["seen_waiting"])
+    start = z3.And(*[s[k] == p[f"{k}0"] for k in ("slots", "budget", "spare")])
     return z3.And(
         s["planned"] >= p["run0"],
         z3.Implies(p["slots0"] >= 0, s["slots"] >= 0),
+        z3.Implies(p["spare0"] >= 0, s["spare"] >= 0),
+        z3.Implies(z3.Or(fresh, z3.Not(p["quiet"])), start),
+        z3.Implies(z3.Not(p["quiet"]), s["stopped"]),
         z3.Implies(fresh, z3.And(s["stopped"] == z3.Not(p["quiet"]), z3.Not(s["head_fits"]))),
         z3.Implies(fresh, z3.Not(s["head_admit"])),
         z3.Implies(s["head_fits"], z3.And(s["head_admit"], s["planned"] > 0)),
+        z3.Implies(z3.And(s["seen_waiting"], _roomy(p, s)), s["head_fits"]),
     )
+
+
+def _roomy(p: Vars, s: Vars) -> z3.BoolRef:
+    """A quiet pass whose start has room for the head (monitors ``hneed``, ``htotal``)."""
+    room = z3.And(p["slots0"] >= 1, p["budget0"] >= 1, s["hneed"] <= p["spare0"])
+    return z3.And(p["quiet"], room, z3.Or(p["chunked"], s["htotal"] <= p["budget0"]))
 
 
 def _scan_prop(st: Step) -> z3.BoolRef:
-    s2 = st.s2
+    s2, p = st.s2, st.p
     return z3.And(
-        s2["planned"] >= st.p["run0"],
-        z3.Implies(st.p["slots0"] >= 0, s2["slots"] >= 0),
+        s2["planned"] >= p["run0"],
+        z3.Implies(p["slots0"] >= 0, s2["slots"] >= 0),
+        z3.Implies(p["spare0"] >= 0, s2["spare"] >= 0),
+        z3.Implies(z3.Not(p["quiet"]), z3.And(*[s2[k] == p[f"{k}0"] for k in ("slots", "spare")])),
         z3.Implies(s2["head_fits"], z3.And(s2["head_admit"], s2["planned"] > 0)),
+        z3.Implies(z3.And(s2["seen_waiting"], _roomy(p, s2)), s2["head_fits"]),
     )
+
+
+def _head_value(name: str, value: Callable[[Step], z3.ArithRef]) -> Monitor:
+    """The head of the queue's ``value``, kept from the step that meets it."""
+
+    def update(st: Step) -> z3.ExprRef:
+        is_head = z3.And(st.o["waiting"], z3.Not(st.s["seen_waiting"]))
+        return z3.If(is_head, value(st), st.s[name])
+
+    return Monitor(name, z3.Int, lambda p: z3.IntVal(0), update)
+
+
+_HEAD_MONITORS = [
+    _head_value("hneed", lambda st: st.o["need"]),
+    _head_value("htotal", lambda st: st.o["P"] + st.o["g"]),
+]
 
 
 def _scan_head_fits(st: Step) -> z3.BoolRef:
@@ -201,10 +231,9 @@ def _scan_mutant(m: Mutant) -> Mutant:
 Lemma = Callable[[], z3.BoolRef]
 
 _SUMMARY_SCOPE = (
-    "any number of requests and block size, from the pass facts (S7, S9: any number); "
-    "the per-request facts the scans take as given (generated >= 0, computed <= prompt + "
-    "generated, running <= S) proved at 4 requests, block size 2 (S1's invariant), argued "
-    "beyond"
+    "any number of requests, block size 2: the summary has no slots; its pass facts are "
+    "S7's and S9's scans (any number), which take generated >= 0 and computed <= prompt + "
+    "generated from S10 and running <= S from S2 (any number of requests, block size 2)"
 )
 """Exactly what S3-S5 cover as claims about the scheduler (not only the summary)."""
 
@@ -276,10 +305,13 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
             id="S7",
             level="scheduler",
             statement="admission scan: for a queue of any length, the head that fits is admitted "
-            "if the gate fires and gives the pass >= 1 prefill token; the plan never shrinks "
-            "below the partial chunks and admits no more requests than free sequence slots "
-            "(by induction over the queue, one request per step)",
+            "if the gate fires and gives the pass >= 1 prefill token, and fits a quiet pass "
+            "that starts with a free slot, budget and the blocks it needs; the plan never "
+            "shrinks below the partial chunks, admits no more requests than free sequence "
+            "slots, reserves no more blocks than are free, and admits nothing after a "
+            "preemption (by induction over the queue, one request per step)",
             machine=_SCAN,
+            monitors=_HEAD_MONITORS,
             prop=_scan_prop,
             invariant=_scan_inv,
             mutants=[_scan_mutant(mutants["serialized_chunks"])],

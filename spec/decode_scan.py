@@ -78,7 +78,9 @@ class DecodeScan(Machine):
             o["M"] >= 1,
             m.blocks_for(o["P"] + o["M"]) <= p["N"],
             self.request_ok(o["P"], o["M"], r),
-            z3.Implies(running, z3.And(s["rest_run"] >= 1, r.b <= s["rest_held"] - s["rest_run"] + 1)),
+            z3.Implies(
+                running, z3.And(s["rest_run"] >= 1, r.b <= s["rest_held"] - s["rest_run"] + 1)
+            ),
             z3.Implies(z3.And(running, s["rest_run"] == 1), r.b == s["rest_held"]),
             z3.Implies(z3.Not(running), r.b == 0),
             z3.Implies(

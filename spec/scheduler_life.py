@@ -110,7 +110,8 @@ class RequestLife(Machine):
         return [Command("PASS", z3.BoolVal(True), out, nxt)]
 
     def display_row(self, row: dict[str, Any]) -> dict[str, Any]:
-        """The request as ``<status><computed>/<generated>b<blocks>``, then what the pass brought."""
+        """The request as ``<status><computed>/<generated>b<blocks>``, then the pass's inputs."""
+
         def show(prefix: str) -> str:
             st = row.get(f"{prefix}st")
             if st is None:

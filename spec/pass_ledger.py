@@ -1,0 +1,148 @@
+"""The scheduler's resources over whole passes, for any number of requests: a ledger.
+
+``PassLedger`` keeps the gate's counter and three totals: free KV blocks,
+blocks held, and running requests. A pass is observed through its figures at
+each phase boundary (after aborts and arrivals, after the decodes, the
+prefill plan, what admission would add, the totals after the commit),
+constrained only by ``ledger_facts``; each fact is a sum over requests of
+what S10 proves of one request, or a scan's result (S7, S9, S11), so every
+one holds whatever the number of requests. No-idle (S1) and conservation
+(S2) proved of the ledger therefore hold of the per-slot scheduler with any
+number of requests; S8 checks, at 4 requests, that each per-slot pass meets
+these facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import z3
+
+from densegate.spec.gate import GATE, GateMachine
+from densegate.spec.machine import Command, Machine, Vars
+from densegate.spec.scheduler_summary import pass_facts
+
+__all__ = ["LEDGER_BOOLS", "LEDGER_INTS", "PassLedger", "ledger_facts"]
+
+LEDGER_INTS = (
+    "free0", "held0", "run0", "wait0",  # after aborts and arrivals
+    "free1", "run1", "wait1", "d", "owing", "pre",  # after the decodes
+    "work", "planned", "run",  # the prefill plan
+    "k", "a",  # admissions and the blocks they reserve, if the gate fires
+    "free3", "held3", "run3",  # after the commit
+)  # fmt: skip
+LEDGER_BOOLS = ("head_fits", "head_admit")
+
+
+def ledger_facts(
+    p: Vars, s: Vars, o: Vars, fire: z3.BoolRef, room: z3.ArithRef | None = None
+) -> z3.BoolRef:
+    """What every pass guarantees, phase by phase (the proof that owns each in brackets).
+
+    ``room`` bounds the blocks admissions reserve (default: the free blocks)."""
+    N, S = p["N"], p["S"]
+    held1 = N - o["free1"]
+    conserved0 = z3.And(o["free0"] >= 0, o["free0"] + o["held0"] == N)
+    run2 = o["run1"] + z3.If(fire, o["k"], 0)
+    free2 = o["free1"] - z3.If(fire, o["a"], 0)
+    held2 = held1 + z3.If(fire, o["a"], 0)
+    figures = {k: o[k] for k in ("planned", "d", "work", "run", "head_fits", "head_admit")}
+    return z3.And(
+        # step 0 (S10): an abort returns its blocks; arrivals only join the queue
+        o["free0"] - s["free"] == s["held"] - o["held0"],
+        o["held0"] <= s["held"],
+        o["run0"] >= 0,
+        o["run0"] <= s["run"],
+        o["wait0"] >= 0,
+        o["held0"] >= o["run0"],
+        z3.Implies(o["run0"] == 0, o["held0"] == 0),
+        # the decodes (S11, from a conserved pool)
+        z3.Implies(
+            conserved0,
+            z3.And(
+                o["free1"] >= 0,
+                o["d"] >= 0,
+                o["owing"] >= 0,
+                o["pre"] >= 0,
+                o["d"] + o["owing"] + o["pre"] == o["run0"],
+                o["run1"] == o["d"] + o["owing"],
+                z3.Implies(o["pre"] > 0, o["run1"] > 0),
+                held1 >= o["run1"],
+                z3.Implies(o["run1"] == 0, held1 == 0),
+            ),
+        ),
+        o["wait1"] == o["wait0"] + o["pre"],
+        # the prefill plan (S10: a running partial owes >= 1 token; S7, S9)
+        z3.Implies(o["owing"] > 0, o["work"] >= o["owing"]),
+        z3.Implies(o["owing"] == 0, o["work"] == 0),
+        pass_facts(p, figures),
+        # admission (S7): within free slots and blocks, none after a preemption, and the
+        # head of a quiet pass with nothing running fits (it needs <= N blocks, <= T tokens)
+        o["k"] >= 0,
+        o["k"] <= o["wait1"],
+        o["k"] <= S - o["run1"],
+        o["a"] >= o["k"],
+        o["a"] <= (o["free1"] if room is None else room),
+        z3.Implies(o["pre"] > 0, o["k"] == 0),
+        z3.Implies(z3.And(o["pre"] == 0, o["run1"] == 0, o["wait1"] > 0), o["head_fits"]),
+        # the commit (S10): a finished request returns its blocks
+        o["free3"] - free2 == held2 - o["held3"],
+        o["held3"] <= held2,
+        o["run3"] >= 0,
+        o["run3"] <= run2,
+        o["held3"] >= o["run3"],
+        z3.Implies(o["run3"] == 0, o["held3"] == 0),
+    )
+
+
+class PassLedger(Machine):
+    """The gate's counter and the free/held/running totals over passes."""
+
+    def __init__(self, gate: GateMachine = GATE, name: str = "pass ledger") -> None:
+        self.gate = gate
+        self.name = name
+        self.param_sorts = {**gate.param_sorts, "T": z3.Int, "S": z3.Int, "cap": z3.Int}
+        self.param_sorts["N"] = z3.Int
+        self.state_sorts = {k: z3.Int for k in ("h", "free", "held", "run")}
+        self.obs_sorts = {k: z3.Int for k in LEDGER_INTS}
+        self.obs_sorts.update({k: z3.Bool for k in LEDGER_BOOLS})
+        self.out_sorts = {"fire": z3.Bool, "reason": gate.out_sorts["reason"]}
+        self.out_sorts.update({k: z3.Int for k in ("w", "prefill_tokens", "decode_seqs")})
+
+    def param_ok(self, p: Vars) -> z3.BoolRef:
+        more = z3.And(p["S"] >= 1, p["T"] >= p["S"], p["cap"] >= 1, p["N"] >= 1)
+        return z3.And(self.gate.param_ok(p), more)
+
+    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
+        return z3.And(s["h"] == 0, s["free"] == p["N"], s["held"] == 0, s["run"] == 0)
+
+    def observe(self, p: Vars, o: Vars) -> tuple[z3.ArithRef, z3.ArithRef]:
+        """The gate's observation, as ``SchedulerMachine.observe`` makes it."""
+        planned = o["planned"]
+        return z3.If(planned < p["B"], planned, p["B"]), o["d"]
+
+    def _gate(self, p: Vars, s: Vars, o: Vars) -> list[Command]:
+        w, d = self.observe(p, o)
+        gp = {k: p[k] for k in self.gate.param_sorts}
+        return list(self.gate.commands(gp, {"h": s["h"]}, {"w": w, "d": d}))
+
+    def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
+        cmds = self._gate(p, s, o)
+        fire = z3.Or(*[z3.And(c.guard, c.out["fire"]) for c in cmds])
+        return ledger_facts(p, s, o, fire, self.reserve_room(o))
+
+    def reserve_room(self, o: Vars) -> z3.ArithRef:
+        """How many blocks admissions may reserve: the free ones (a hook for a broken variant)."""
+        return o["free1"]
+
+    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
+        w, _ = self.observe(p, o)
+        out_cmds = []
+        for gc in self._gate(p, s, o):
+            out = dict(gc.out)
+            # the sequences that really decode, whatever the gate was told
+            out.update({"w": w, "decode_seqs": o["d"]})
+            out["prefill_tokens"] = z3.If(gc.out["fire"], o["planned"], 0)
+            nxt = {"h": gc.next["h"], "free": o["free3"], "held": o["held3"], "run": o["run3"]}
+            out_cmds.append(Command(gc.name, gc.guard, out, nxt))
+        return out_cmds
