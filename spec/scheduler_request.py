@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import z3
 
@@ -46,7 +47,8 @@ class Req:
     b: z3.ArithRef
 
 
-Free = z3.ArithRef
+Free: TypeAlias = z3.ArithRef
+"""The free-block count, threaded through every request of a pass."""
 
 
 def end_or_join(r: Req, free: Free, *, abort: z3.BoolRef, arrive: z3.BoolRef) -> tuple[Req, Free]:
