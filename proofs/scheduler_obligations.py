@@ -1,14 +1,15 @@
-"""Scheduler-level obligations S1-S8: the per-slot ones here, the rest imported.
+"""Scheduler-level obligations S1-S11: the per-slot ones here, the rest imported.
 
-The per-slot ones (S1, S2, S8 over ``densegate.spec.scheduler``; S6, time
-to first token, ``densegate.proofs.scheduler_ttft``) are proved by induction
-for every value of the parameters (pass budget, sequence slots, KV blocks, max
-length, chunk cap, the gate's B/K/enabled) and of every request's prompt and
-output length, for a fixed number of request slots and block size (the scope
-says which). S1, S2 and S8 share one invariant, describing every reachable
-state, proved inductive once; S6 adds its window monitors to it. S3-S5, S7 and
-S9 (``densegate.proofs.scheduler_summary_obligations``) have no slots: they
-hold for any number of requests, and S8 ties the per-slot machine to them.
+The per-slot ones (S8 over ``densegate.spec.scheduler``; S6, time to first
+token, ``densegate.proofs.scheduler_ttft``) are proved by induction for every
+value of the parameters (pass budget, sequence slots, KV blocks, max length,
+chunk cap, the gate's B/K/enabled) and of every request's prompt and output
+length, for a fixed number of request slots and block size (the scope says
+which). S8's invariant describes every reachable state; S6 adds its window
+monitors to it. The others have no request slots, so they hold for any number
+of requests: S1 and S2 on the pass ledger, S3-S5 on the summary, S7 and S9 on
+the prefill scans, S10 on one request's life, S11 on the decode scan; S8 ties
+the per-slot machine to the ledger and the summary.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ def _dense(st: Step) -> z3.BoolRef:
 
 
 def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ignore[no-untyped-def]
-    # S1, S2 and S8 share one invariant, so its consecution (the
+    # the per-slot obligations share one invariant, so its consecution (the
     # costly query) is proved once per run.
     return Obligation(
         id=id,
