@@ -39,6 +39,7 @@ from densegate.spec.scheduler import (
     WAITING,
     PassPlan,
     SchedulerMachine,
+    count_true,
 )
 from densegate.spec.scheduler_request import Req
 from densegate.spec.scheduler_summary import pass_facts
@@ -108,10 +109,6 @@ def _conserved(st: Step) -> z3.BoolRef:
     return z3.And(st.s2["free"] >= 0, st.s2["free"] + z3.Sum(b) == st.p["N"])
 
 
-def _count(xs: list[z3.BoolRef]) -> z3.ArithRef:
-    return z3.Sum([z3.If(x, 1, 0) for x in xs])
-
-
 def _pairs(plan: PassPlan) -> list[tuple[z3.ArithRef, z3.BoolRef]]:
     return list(zip(plan.st, plan.decoding, strict=True))
 
@@ -126,29 +123,29 @@ def _meets_ledger(st: Step) -> z3.BoolRef:
     fig = {
         "free0": s["free"] + freed0,
         "held0": z3.Sum(b) - freed0,
-        "run0": _count([z3.And(st0[i] == RUNNING, z3.Not(ab[i])) for i in range(R)]),
-        "wait0": _count(
+        "run0": count_true([z3.And(st0[i] == RUNNING, z3.Not(ab[i])) for i in range(R)]),
+        "wait0": count_true(
             [z3.Or(z3.And(st0[i] == WAITING, z3.Not(ab[i])), arrive[i]) for i in range(R)]
         ),
         "free1": plan.free,
-        "run1": _count([x == RUNNING for x in plan.st]),
-        "wait1": _count([x == WAITING for x in plan.st]),
+        "run1": count_true([x == RUNNING for x in plan.st]),
+        "wait1": count_true([x == WAITING for x in plan.st]),
         "d": plan.d,
-        "owing": _count([z3.And(x == RUNNING, z3.Not(dec)) for x, dec in _pairs(plan)]),
+        "owing": count_true([z3.And(x == RUNNING, z3.Not(dec)) for x, dec in _pairs(plan)]),
         "pre": plan.preempted,
         "work": plan.partial_work,
         "planned": plan.planned,
         "run": plan.partial_run,
-        "k": _count(plan.admit),
+        "k": count_true(plan.admit),
         "a": z3.Sum([z3.If(plan.admit[i], plan.need[i], 0) for i in range(R)]),
         "free3": s2["free"],
         "held3": z3.Sum(m.slot(s2, "b")),
-        "run3": _count([x == RUNNING for x in m.slot(s2, "st")]),
+        "run3": count_true([x == RUNNING for x in m.slot(s2, "st")]),
         "head_fits": plan.head_fits,
         "head_admit": plan.head_admit,
     }
-    totals = {"free": s["free"], "held": z3.Sum(b), "run": _count([x == RUNNING for x in st0])}
-    return ledger_facts(st.p, totals, fig, st.out["fire"])
+    totals = {"free": s["free"], "held": z3.Sum(b), "run": count_true([x == RUNNING for x in st0])}
+    return ledger_facts(st.p, totals, fig, st.out["fire"], room=fig["free1"])
 
 
 def _steps_summary(st: Step) -> z3.BoolRef:

@@ -34,12 +34,10 @@ LEDGER_INTS = (
 LEDGER_BOOLS = ("head_fits", "head_admit")
 
 
-def ledger_facts(
-    p: Vars, s: Vars, o: Vars, fire: z3.BoolRef, room: z3.ArithRef | None = None
-) -> z3.BoolRef:
+def ledger_facts(p: Vars, s: Vars, o: Vars, fire: z3.BoolRef, room: z3.ArithRef) -> z3.BoolRef:
     """What every pass guarantees, phase by phase (the proof that owns each in brackets).
 
-    ``room`` bounds the blocks admissions reserve (default: the free blocks)."""
+    ``room`` bounds the blocks admissions reserve: the free blocks after the decodes."""
     N, S = p["N"], p["S"]
     held1 = N - o["free1"]
     conserved0 = z3.And(o["free0"] >= 0, o["free0"] + o["held0"] == N)
@@ -82,7 +80,7 @@ def ledger_facts(
         o["k"] <= o["wait1"],
         o["k"] <= S - o["run1"],
         o["a"] >= o["k"],
-        o["a"] <= (o["free1"] if room is None else room),
+        o["a"] <= room,
         z3.Implies(o["pre"] > 0, o["k"] == 0),
         z3.Implies(z3.And(o["pre"] == 0, o["run1"] == 0, o["wait1"] > 0), o["head_fits"]),
         # the commit (S10): a finished request returns its blocks

@@ -60,6 +60,7 @@ __all__ = [
     "WAITING",
     "PassPlan",
     "SchedulerMachine",
+    "count_true",
 ]
 
 _PARAMS = ("S", "T", "N", "L", "cap", "B", "K")
@@ -84,7 +85,8 @@ def _min(*xs: z3.ArithRef) -> z3.ArithRef:
     return m
 
 
-def _count(bs: Sequence[z3.BoolRef]) -> z3.ArithRef:
+def count_true(bs: Sequence[z3.BoolRef]) -> z3.ArithRef:
+    """How many of ``bs`` hold (requests in a status, decodes, admissions)."""
     return z3.Sum([z3.If(b, 1, 0) for b in bs]) if bs else z3.IntVal(0)
 
 
@@ -277,7 +279,7 @@ class SchedulerMachine(Machine):
             reqs[i], free, dec = take_block(reqs[i], free, dec=dec, grow=grow)
             decoding.append(dec)
         st, c, g, b = ([getattr(r, k) for r in reqs] for k in _SLOT_STATE)
-        d = _count(decoding)
+        d = count_true(decoding)
         # 2. partial prefills from the pass budget: a fold of ``partial_step``
         budget: z3.ArithRef = p["T"] - d
         chunk: list[z3.ArithRef] = []
@@ -292,7 +294,7 @@ class SchedulerMachine(Machine):
         #    per request (``densegate.spec.scheduler_scan``)
         quiet = preempted == 0
         allowed = self.admission_allowed(partial_run)
-        running = _count([x == RUNNING for x in st])
+        running = count_true([x == RUNNING for x in st])
         acc = admit_start(p["S"] - running, budget, free, partial_run, quiet)
         admit: list[z3.BoolRef] = []
         need: list[z3.ArithRef] = []
@@ -349,11 +351,11 @@ class SchedulerMachine(Machine):
             )  # fmt: skip
         outs: dict[str, z3.ExprRef] = dict(gate_out)
         outs["prefill_tokens"] = z3.If(fire, plan.planned, 0)
-        outs["prefill_seqs"] = z3.If(fire, _count([n > 0 for n in plan.chunk]), 0)
+        outs["prefill_seqs"] = z3.If(fire, count_true([n > 0 for n in plan.chunk]), 0)
         outs["decode_seqs"] = plan.d
         outs["preempted"] = plan.preempted
-        outs["waiting"] = _count([r.st == WAITING for r in reqs])
-        outs["running"] = _count([r.st == RUNNING for r in reqs])
+        outs["waiting"] = count_true([r.st == WAITING for r in reqs])
+        outs["running"] = count_true([r.st == RUNNING for r in reqs])
         outs["kv_free"] = free
         for i in range(self.R):
             scheduled = z3.Or(plan.decoding[i], z3.And(fire, plan.chunk[i] > 0))
