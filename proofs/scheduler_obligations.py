@@ -1,15 +1,14 @@
-"""Scheduler-level obligations S1-S11: the per-slot ones here, the rest imported.
+"""Scheduler-level obligations S1-S11: the per-slot one here, the rest imported.
 
-The per-slot ones (S8 over ``densegate.spec.scheduler``; S6, time to first
-token, ``densegate.proofs.scheduler_ttft``) are proved by induction for every
-value of the parameters (pass budget, sequence slots, KV blocks, max length,
-chunk cap, the gate's B/K/enabled) and of every request's prompt and output
-length, for a fixed number of request slots and block size (the scope says
-which). S8's invariant describes every reachable state; S6 adds its window
-monitors to it. The others have no request slots, so they hold for any number
-of requests: S1 and S2 on the pass ledger, S3-S5 on the summary, S7 and S9 on
-the prefill scans, S10 on one request's life, S11 on the decode scan; S8 ties
-the per-slot machine to the ledger and the summary.
+The per-slot one, S8 over ``densegate.spec.scheduler``, is proved by induction
+for every value of the parameters (pass budget, sequence slots, KV blocks, max
+length, chunk cap, the gate's B/K/enabled) and of every request's prompt and
+output length, for a fixed number of request slots and block size (the scope
+says which); its invariant describes every reachable state. The others have
+no request slots, so they hold for any number of requests: S1 and S2 on the
+pass ledger, S3-S5 on the summary, S6 on the TTFT window, S7 and S9 on the
+prefill scans, S10 on one request's life, S11 on the decode scan. S8 ties the
+per-slot machine to the ledger, the summary and the window.
 """
 
 from __future__ import annotations
@@ -24,13 +23,8 @@ from densegate.proofs.prover import Obligation, Step
 from densegate.proofs.scheduler_life_obligations import life_obligation, request_ok
 from densegate.proofs.scheduler_mutants import scheduler_mutants
 from densegate.proofs.scheduler_summary_obligations import summary_obligations
-from densegate.proofs.scheduler_ttft import (
-    closed_form,
-    ttft_invariant,
-    ttft_monitors,
-    ttft_prop,
-    ttft_triggers,
-)
+from densegate.proofs.ttft_cover import first_token, meets_window
+from densegate.proofs.ttft_window_obligations import ttft_obligation
 from densegate.spec.machine import Vars
 from densegate.spec.pass_ledger import ledger_facts
 from densegate.spec.scheduler import (
@@ -49,18 +43,14 @@ __all__ = [
     "SCHEDULER",
     "SCHEDULER_OBLIGATIONS",
     "SLOTS",
-    "TTFT_SLOTS",
     "invariant",
 ]
 
 SLOTS = 4
-TTFT_SLOTS = SLOTS
-"""S6 runs at the same slot count (its consecution is the costliest query of the level)."""
 BLOCK_SIZE = 2
 SCHEDULER = SchedulerMachine(SLOTS, BLOCK_SIZE)
 _MUTANTS = scheduler_mutants(SLOTS, BLOCK_SIZE)
 _SCOPE = f"{SLOTS} requests, block size {BLOCK_SIZE}"
-_TTFT_SCOPE = f"{TTFT_SLOTS} requests (any one tracked), block size {BLOCK_SIZE}"
 
 
 def invariant_of(m: SchedulerMachine) -> Callable[[Vars, Vars], z3.BoolRef]:
@@ -167,6 +157,7 @@ def _steps_summary(st: Step) -> z3.BoolRef:
         # the commit runs the per-request chunks: their sum is the plan the scans total
         plan.planned == z3.Sum(plan.chunk),
         _meets_ledger(st),
+        meets_window(st),
         _no_idle(st),
         _conserved(st),
     )
@@ -205,13 +196,6 @@ def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ig
     )
 
 
-_ttft_window = ttft_invariant(SCHEDULER)
-
-
-def _ttft_inv(p: Vars, s: Vars) -> z3.BoolRef:
-    return z3.And(invariant(p, s), _ttft_window(p, s))
-
-
 SCHEDULER_OBLIGATIONS: list[Obligation] = [
     _ob(
         "S8",
@@ -219,8 +203,10 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
         "facts (a head that fits is admitted by a fire and plans >= 1 token; owed prefill "
         "gets >= min(owed, cap, T-S+1); nothing planned is negative) and the ledger facts "
         "(blocks, slots and requests at each phase boundary), its gate sees (min(planned, "
-        "B), decodes), a fire runs the plan, the sum of the per-request chunks, and the "
-        "pass itself never idles with work and conserves blocks (S1, S2 on this machine)",
+        "B), decodes), a fire runs the plan, the sum of the per-request chunks, any one "
+        "request's undisturbed pass while it waits at the head or runs with no token yet "
+        "meets the TTFT window's facts, and the pass itself never idles with work and "
+        "conserves blocks (S1, S2 on this machine)",
         _steps_summary,
         [
             "serialized_chunks",
@@ -229,39 +215,15 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
             "tail_escape_on_running",
             "preemption_leaks",
         ],
-        triggers=[_head_fits_held, _owed_cut_short, _dense],
+        triggers=[_head_fits_held, _owed_cut_short, _dense, first_token],
         trigger_names=[
             "a head of the queue that fits is held",
             "a fire runs less than the prefill owed",
             "a DENSE fire",
+            "a tracked request's undisturbed window gives its first token",
         ],
     ),
-    Obligation(
-        id="S6",
-        level="scheduler",
-        statement="time to first token: from the pass a request becomes head of the queue "
-        "to its first token, with no preemption or abort in between, at most K*F + D + 1 "
-        "passes, and K*F + K if it never waited for capacity (nothing planned: EMPTY), "
-        "where the F prefill fires satisfy c*F < O + P + 2c, so F <= ceil((O+P)/c) + 1 "
-        "(O: prefill owed by running requests and D: their longest remaining output, both "
-        "at headship; P: its prompt; c = min(cap, T-S+1))",
-        machine=SCHEDULER,
-        prop=ttft_prop,
-        invariant=_ttft_inv,
-        # (the gate that never counts holds, S5's mutant, breaks S6 too, but its
-        # shortest trace here costs 5-20 s of bounded model checking)
-        mutants=[_MUTANTS["gate_budget_off_by_one"]],
-        monitors=ttft_monitors(TTFT_SLOTS),
-        lemmas=[closed_form],
-        triggers=ttft_triggers(),
-        trigger_names=[
-            "a window closes with no capacity wait",
-            "a window closes after a capacity wait",
-        ],
-        readable=_readable,
-        trace_depth=10,
-        scope=_TTFT_SCOPE,
-    ),
+    ttft_obligation(),
     *summary_obligations(SCHEDULER, _MUTANTS),
     *ledger_obligations(),
     life_obligation(BLOCK_SIZE),
