@@ -158,7 +158,7 @@ def _preamble(profile: Sequence[str], target: Any, base: Any) -> list[str]:
         *(f"  {x}" for x in profile),
         f"scheduler (the bench's): token budget {base.max_num_batched_tokens}, max_num_seqs "
         f"{base.max_num_seqs}, block_size {base.block_size}, num_blocks {base.num_blocks}",
-        "S6 bound: the per-request TTFT bound in passes from headship (proved for a spec of "
+        "S6 bound: the per-request TTFT bound in passes from headship (proved for "
         f"{S6_SCOPE}, checked on this replay), worst over undisturbed head windows; its ms = "
         "bound x the longest modeled pass of the replay (modeled)",
         meets,

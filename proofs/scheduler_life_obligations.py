@@ -69,12 +69,20 @@ def _facts(st: Step) -> z3.BoolRef:
     r, P = _req(st.s2), st.p["P0"]
     bs = st.machine.m.bs  # type: ignore[attr-defined]
     live = z3.Or(r.st == WAITING, r.st == RUNNING)
+    kept = z3.And(st.s["st"] == RUNNING, z3.Not(st.o["abort"]), z3.Not(st.o["victim"]))
     return z3.And(
         r.g >= 0,
         z3.Implies(live, r.c <= P + r.g),
         z3.Implies(r.st == RUNNING, z3.And(r.b >= 1, r.b * bs >= r.c)),
         z3.Implies(r.st != RUNNING, r.b == 0),
         st.out["freed"] == st.s["b"] - r.b,
+        # a decode samples a token; a running request that neither decodes nor is
+        # preempted or aborted computes exactly the chunk a fire gives it
+        z3.Implies(st.out["dec"], r.g == st.s["g"] + 1),
+        z3.Implies(
+            z3.And(kept, z3.Not(st.out["dec"])),
+            r.c == st.s["c"] + z3.If(st.o["fire"], st.out["chunk"], 0),
+        ),
     )
 
 
@@ -108,7 +116,8 @@ def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
         "request keeps generated >= 0, computed <= prompt + generated while queued or "
         "running, >= 1 block while running and none otherwise, blocks for every token it "
         "has computed, and each pass changes the free pool by exactly the blocks it gives "
-        "back or takes",
+        "back or takes; a decode samples a token, and a running request that neither "
+        "decodes nor is preempted or aborted computes exactly the chunk a fire gives it",
         machine=RequestLife(SchedulerMachine(1, bs)),
         prop=_facts,
         invariant=_life_inv(bs),

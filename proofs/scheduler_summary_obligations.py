@@ -132,8 +132,10 @@ def _scan_inv(p: Vars, s: Vars) -> z3.BoolRef:
         z3.Implies(z3.Or(fresh, z3.Not(p["quiet"])), start),
         z3.Implies(z3.Not(p["quiet"]), s["stopped"]),
         z3.Implies(fresh, z3.And(s["stopped"] == z3.Not(p["quiet"]), z3.Not(s["head_fits"]))),
-        z3.Implies(fresh, z3.Not(s["head_admit"])),
+        z3.Implies(fresh, z3.And(z3.Not(s["head_admit"]), s["planned"] == p["run0"])),
         z3.Implies(s["head_fits"], z3.And(s["head_admit"], s["planned"] > 0)),
+        _head_blocks(p, s),
+        z3.Implies(z3.And(s["seen_waiting"], z3.Not(s["head_fits"])), s["stopped"]),
         z3.Implies(z3.And(s["seen_waiting"], _roomy(p, s)), s["head_fits"]),
     )
 
@@ -153,7 +155,14 @@ def _scan_prop(st: Step) -> z3.BoolRef:
         z3.Implies(z3.Not(p["quiet"]), z3.And(*[s2[k] == p[f"{k}0"] for k in ("slots", "spare")])),
         z3.Implies(s2["head_fits"], z3.And(s2["head_admit"], s2["planned"] > 0)),
         z3.Implies(z3.And(s2["seen_waiting"], _roomy(p, s2)), s2["head_fits"]),
+        _head_blocks(p, s2),
     )
+
+
+def _head_blocks(p: Vars, s: Vars) -> z3.BoolRef:
+    """A head that does not fit is not admitted and nothing behind it is (FCFS)."""
+    blocked = z3.And(s["seen_waiting"], z3.Not(s["head_fits"]))
+    return z3.Implies(blocked, z3.And(z3.Not(s["head_admit"]), s["planned"] == p["run0"]))
 
 
 def _head_value(name: str, value: Callable[[Step], z3.ArithRef]) -> Monitor:
@@ -306,7 +315,8 @@ def summary_obligations(per_slot: SchedulerMachine, mutants: dict[str, Mutant]) 
             level="scheduler",
             statement="admission scan: for a queue of any length, the head that fits is admitted "
             "if the gate fires and gives the pass >= 1 prefill token, and fits a quiet pass "
-            "that starts with a free slot, budget and the blocks it needs; the plan never "
+            "that starts with a free slot, budget and the blocks it needs; a head that does "
+            "not fit stops admission (nothing is admitted, FCFS); the plan never "
             "shrinks below the partial chunks, admits no more requests than free sequence "
             "slots, reserves no more blocks than are free, and admits nothing after a "
             "preemption (by induction over the queue, one request per step)",

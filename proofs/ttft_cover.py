@@ -62,9 +62,7 @@ def _window_state(m: SchedulerMachine, p: Vars, s: Vars, t: z3.ArithRef) -> dict
 def _in_window(m: SchedulerMachine, s: Vars, t: z3.ArithRef) -> z3.BoolRef:
     """``t`` has no token yet and waits at the head of the queue, or runs."""
     st = m.slot(s, "st")
-    head = z3.And(
-        _at(st, t) == WAITING, *[z3.Implies(i < t, st[i] != WAITING) for i in range(m.R)]
-    )
+    head = z3.And(_at(st, t) == WAITING, *[z3.Implies(i < t, st[i] != WAITING) for i in range(m.R)])
     return z3.And(t >= 0, t < m.R, _at(m.slot(s, "g"), t) == 0, z3.Or(head, _at(st, t) == RUNNING))
 
 

@@ -217,7 +217,7 @@ class WorkloadRun:
         out.append(
             Check(
                 "densegate: every undisturbed head wait within its S6 bound (S6 is proved "
-                f"for a spec of {S6_SCOPE}; here it is checked)",
+                f"for {S6_SCOPE}; here it is checked)",
                 s6["violations"] == 0,
                 f"{s6['windows']} windows, {s6['violations']} over; worst "
                 + (

@@ -31,9 +31,9 @@ __all__ = [
     "ttft_bound_passes",
 ]
 
-S6_SCOPE = "4 requests"
-"""The spec size ``densegate prove`` proves S6 for (a test keeps it equal to the prover's):
-tables say "proved for" this, and "checked" for the replay at hand."""
+S6_SCOPE = "any number of requests, block size 2"
+"""What ``densegate prove`` proves S6 for (a test keeps it equal to the start of the
+prover's scope): tables say "proved for" this, and "checked" for the replay at hand."""
 
 
 def ttft_bound_passes(
