@@ -19,9 +19,9 @@ from densegate.impl.gate import PrefillGate
 from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement import dp_gate, gate
 from densegate.proofs.refinement import scheduler as sched
+from densegate.proofs.refinement import scheduler_replay as sched_replay
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
-from densegate.proofs.refinement.scheduler_replay import replay as sched_replay
 from densegate.proofs.refinement.symbolic import Outcome, explore
 from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
 from densegate.spec.dp_gate import DP
@@ -31,7 +31,9 @@ from densegate.spec.properties import statement
 
 __all__ = ["REFINEMENT_OBLIGATIONS", "SCHEDULER_REFINEMENT_OBLIGATIONS", "RefinementObligation"]
 
-Builder = Callable[[type], Callable[..., None]]
+Builder = Callable[..., Callable[..., None]]
+"""A check of a class: ``build(cls)``; a check that samples its paths also takes
+``build(cls, at)``, the check on the inputs ``at`` alone."""
 Replayer = Callable[[type, str, Mapping[str, Any]], Replay]
 
 _CHECK_STATUS = {"proved": "unsat", "refuted": "sat", "unknown": "unknown"}
@@ -57,6 +59,31 @@ class RefinementObligation:
     show: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     """How a counterexample row is best printed (None: as is)."""
     """What a bounded obligation is bounded in (the report prints "bounded: ..."); None: nothing."""
+    incremental: bool = False
+    """Whether CrossHair's queries go to an incremental z3 solver (``explore``)."""
+    screen: Callable[[type, Mapping[str, Any]], object] | None = None
+    """What a class does on one state, run concretely. With it, a mutant is first checked
+    (symbolically, by the same check) on the first state sampled from the target's proof
+    where it does otherwise than the target, then, unless refuted there, on every path."""
+
+    def _explore(self, check: Callable[..., None]) -> Outcome:
+        return explore(check, incremental=self.incremental)
+
+    def _suspect(self, cls: type, samples: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+        """The first sampled state on which ``cls`` does otherwise than the target, if any."""
+        if self.screen is None:
+            return None
+        for w in samples:
+            try:
+                want = self.screen(self.target, w)
+            except Exception:
+                continue
+            try:
+                if self.screen(cls, w) != want:
+                    return w
+            except Exception:
+                return w
+        return None
 
     def _trace(self, via: str, witness: Mapping[str, Any], seen: Replay, why: str) -> Trace:
         params = {k: witness[k] for k in self.params}
@@ -65,18 +92,30 @@ class RefinementObligation:
         row.update({"code": seen.code, "spec": seen.spec})
         return Trace(params, [row], why, [self.show(row)] if self.show else None)
 
-    def _refute(self, m: CodeMutant) -> MutantResult:
+    def _refuting(self, m: CodeMutant, via: str, out: Outcome) -> Trace | None:
+        """The trace of ``out``'s witness if it refutes ``m``: replayed, it really disagrees."""
+        if out.status != "refuted" or out.witness is None:
+            return None
+        seen = self.replay(m.build, via, out.witness)
+        return self._trace(via, out.witness, seen, self.statement) if seen.disagrees else None
+
+    def _refute(self, m: CodeMutant, samples: Mapping[str, Sequence[Any]]) -> MutantResult:
         t0 = time.perf_counter()
         reasons = []
         for via, build in self.checks.items():
-            out = explore(build(m.build))
+            at = self._suspect(m.build, samples.get(via, ()))
+            trace = None
+            if at is not None:  # first on a state where it plans otherwise than the target
+                trace = self._refuting(m, via, self._explore(build(m.build, at)))
+            out = None
+            if trace is None:
+                out = self._explore(build(m.build))
+                trace = self._refuting(m, via, out)
+            if trace is not None:
+                seconds = time.perf_counter() - t0
+                return MutantResult(m.name, m.description, "refuted", seconds, trace)
+            assert out is not None
             if out.status == "refuted" and out.witness is not None:
-                seen = self.replay(m.build, via, out.witness)
-                if seen.disagrees:
-                    trace = self._trace(via, out.witness, seen, self.statement)
-                    return MutantResult(
-                        m.name, m.description, "refuted", time.perf_counter() - t0, trace
-                    )
                 reasons.append(f"{via}: witness {out.witness} did not reproduce concretely")
             elif out.status == "unknown":
                 reasons.append(f"{via}: {out.detail}")
@@ -91,8 +130,10 @@ class RefinementObligation:
         t0 = time.perf_counter()
         checks: list[CheckResult] = []
         trace = None
+        samples: dict[str, Sequence[Any]] = {}
         for via, build in self.checks.items():
-            out: Outcome = explore(build(self.target))
+            out = self._explore(build(self.target))
+            samples[via] = out.samples
             status = _CHECK_STATUS[out.status]
             checks.append(CheckResult(f"{via}: every path", status, out.seconds, out.detail))
             if out.status == "refuted" and out.witness is not None and trace is None:
@@ -105,7 +146,7 @@ class RefinementObligation:
         else:
             verdict = "proved"
         seconds = time.perf_counter() - t0
-        mutants = [self._refute(m) for m in self.mutants]
+        mutants = [self._refute(m, samples) for m in self.mutants]
         return ObligationResult(
             self.id,
             self.level,
@@ -153,8 +194,8 @@ SCHEDULER_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         sched.STATEMENT,
         Scheduler,
         sched.R3_CHECKS,
-        sched.TRACE_PARAMS,
-        sched_replay,
+        sched_replay.TRACE_PARAMS,
+        sched_replay.replay,
         sched.R3_MUTANTS,
         "impl/sched/scheduler.py Scheduler.plan and observe, symbolic execution (CrossHair) of "
         "every path; unbounded ints; token lists, block tables and the free list taken as "
@@ -162,7 +203,9 @@ SCHEDULER_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         sched.SPEC,
         level="refinement-scheduler",
         bound=f"{sched.SLOTS} requests, block size {sched.BLOCK_SIZE}",
-        show=sched.show,
+        show=sched_replay.show,
+        screen=sched_replay.concrete,
+        incremental=True,
     ),
 ]
 """R3 is a level of its own (``refinement-scheduler``): its paths take seconds, not

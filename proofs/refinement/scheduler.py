@@ -12,17 +12,21 @@ admits exactly the slots the spec's plan does, and leaves the spec's block
 counts, ``num_computed`` and free blocks after step 1. Ints are unbounded.
 
 Bounded: ``SLOTS`` requests and block size ``BLOCK_SIZE`` (the spec fixes both
-per machine; the path count grows about tenfold per request: 37 paths for one,
-457 for two). Arrivals and aborts (step 0) are not executed: the state is the
-one after them, which the invariant covers too. Taken as given: lists are their
-lengths (``Counted``), since CrossHair walks a list of symbolic length element
-by element and never finishes; planning reads nothing else of them, and any
-other use would raise and fail the check. The config is built without its
-validating constructor; the ``inputs`` check runs that constructor.
+per machine; the path count grows about tenfold per request: 389 paths for two).
+Arrivals and aborts (step 0) are not executed: the state is the one after them,
+which the invariant covers too. Taken as given: lists are their lengths
+(``Counted``), since CrossHair walks a list of symbolic length element by element
+and never finishes; planning reads nothing else of them, and any other use would
+raise and fail the check. The config is built without its validating constructor
+and the Scheduler natively from a concrete one, then given the state's config and
+what its constructor derives from it; the ``inputs`` check runs both constructors
+symbolically and proves they leave exactly that, so the plan check's paths do not
+fork on chunking before planning does.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,7 +37,16 @@ from crosshair.libimpl.builtinslib import SymbolicBool
 from densegate.impl.sched.request import Request, RequestStatus
 from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
 from densegate.proofs.refinement.mutate import CodeMutant
-from densegate.proofs.refinement.symbolic import NoTracing, fail, guarded, holds, term
+from densegate.proofs.refinement.symbolic import (
+    NoTracing,
+    fail,
+    guarded,
+    holds,
+    keyword_signature,
+    pinned,
+    sample,
+    term,
+)
 from densegate.proofs.scheduler_obligations import invariant_of
 from densegate.spec.properties import statement
 from densegate.spec.scheduler import RUNNING, WAITING, SchedulerMachine
@@ -48,7 +61,6 @@ __all__ = [
     "code_view",
     "config_for",
     "constant",
-    "show",
     "spec_vars",
     "spec_view",
 ]
@@ -101,25 +113,22 @@ class Counted:
 
 
 _CONFIG_FIELDS = (
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "block_size",
-    "num_blocks",
-    "max_model_len",
-    "enable_chunked_prefill",
-    "long_prefill_token_threshold",
-    "dense_tokens",
-    "max_hold_passes",
-    "gate_enabled",
-    "pass_log_size",
-)
+    "max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks", "max_model_len",
+    "enable_chunked_prefill", "long_prefill_token_threshold", "dense_tokens",
+    "max_hold_passes", "gate_enabled", "pass_log_size",
+)  # fmt: skip
 
 
-def config_for(v: Mapping[str, Any], validated: bool, blocks: object = None) -> SchedulerConfig:
-    """The scheduler's config for parameters ``v``; ``validated`` runs its constructor."""
+def config_for(v: Mapping[str, Any], validated: bool) -> SchedulerConfig:
+    """The scheduler's config for parameters ``v``; ``validated`` runs its constructor.
+
+    Unvalidated, the chunk cap is ``cap`` whether or not chunking is on (no branch):
+    ``chunk_cap`` ignores it when chunking is off, and the inputs check reads it."""
+    chunked = v["chunked"]
     values: tuple[Any, ...] = (
-        v["S"], v["T"], BLOCK_SIZE, v["N"] if blocks is None else blocks, v["L"], v["chunked"],
-        v["cap"] if v["chunked"] else None, v["B"], v["K"], v["enabled"], 4096,
+        v["S"], v["T"], BLOCK_SIZE, v["N"], v["L"], chunked,
+        (v["cap"] if chunked else None) if validated else v["cap"], v["B"], v["K"], v["enabled"],
+        4096,
     )  # fmt: skip
     if validated:
         return SchedulerConfig(*values)
@@ -134,30 +143,57 @@ class _NoGate:
     """Planning never asks the gate; the check does not build one (its config is R1's)."""
 
 
+_BOOT = SchedulerConfig(1, 1, BLOCK_SIZE, 1, 1, True, None, 1, 1, False, 4096)
+"""The concrete config a check's Scheduler is constructed with, natively (one block: the
+constructor lists num_blocks block ids); the check then gives it the state's config,
+blocks and what the constructor derives from the config (``_DERIVED``)."""
+_DERIVED = ("_dense", "_cap", "_chunked")
 _KEYS = [tuple(f"{k}{i}" for k in ("st", "c", "g", "b", "P", "M")) for i in range(SLOTS)]
 
 
+def derived(v: Mapping[str, Any]) -> tuple[Any, ...]:
+    """``_DERIVED`` as the spec reads the parameters: dense_tokens B, chunk cap, chunking."""
+    return (v["B"], v["cap"], v["chunked"])
+
+
 def build(cls: type, v: Mapping[str, Any]) -> tuple[Any, list[Request]]:
-    """A ``cls`` scheduler in the abstract state ``v``, by its public API; one Request a slot."""
-    # The constructor lists num_blocks block ids: it gets a config with one block, then
-    # the config itself and a free list of the state's length.
-    sched = cls(config_for(v, False, 1), _NoGate())
-    sched.config = config_for(v, False)
-    sched.blocks.num_blocks = v["N"]
-    sched.blocks._free = Counted(v["free"])
-    reqs = []
-    for i, (st, c, g, b, P, M) in enumerate(_KEYS):
-        r = Request(str(i), i, Counted(v[P]), v[M], 0, 0.0)  # type: ignore[arg-type]
-        r.output_token_ids = Counted(v[g])  # type: ignore[assignment]
-        r.num_computed = v[c]
-        if v[st] == RUNNING:
-            r.status = RequestStatus.RUNNING
-            r.block_table = Counted(v[b])  # type: ignore[assignment]
-            sched.running.append(r)
-        elif v[st] == WAITING:
+    """A ``cls`` scheduler in the abstract state ``v``; one Request a slot, the waiting ones
+    queued by ``add``. Constructed natively from ``_BOOT``; the inputs check proves the
+    constructor, given the state's config, leaves the same (``constructed``)."""
+    with NoTracing():
+        sched = cls(_BOOT, _NoGate())
+        sched.config = config_for(v, False)
+        for name, value in zip(_DERIVED, derived(v), strict=True):
+            setattr(sched, name, value)
+        sched.blocks.num_blocks = v["N"]
+        sched.blocks._free = Counted(v["free"])
+        reqs, where = [], []
+        for i, (st, c, g, b, P, M) in enumerate(_KEYS):
+            r = Request(str(i), i, Counted(v[P]), v[M], 0, 0.0)  # type: ignore[arg-type]
+            r.output_token_ids = Counted(v[g])  # type: ignore[assignment]
+            r.num_computed = v[c]
+            reqs.append(r)
+            where.append((term(v[st]) == RUNNING, term(v[st]) == WAITING, Counted(v[b])))
+    for r, (running, waiting, table) in zip(reqs, where, strict=True):
+        if holds(running):
+            with NoTracing():
+                r.status = RequestStatus.RUNNING
+                r.block_table = table  # type: ignore[assignment]
+                sched.running.append(r)
+        elif holds(waiting):
             sched.add(r)
-        reqs.append(r)
     return sched, reqs
+
+
+def constructed(sched: Any) -> dict[str, Any]:
+    """What ``build`` takes from its native construction: all the constructor leaves but
+    the config, the gate and ``_DERIVED`` (the blocks as their fields)."""
+    with NoTracing():
+        out = {k: x for k, x in vars(sched).items() if k not in ("config", "gate", *_DERIVED)}
+        bm = sched.blocks
+        out["blocks"] = (bm.num_blocks, bm.block_size, list(bm._free))
+        out["pass_log"] = (list(sched.pass_log), sched.pass_log.maxlen)
+        return out
 
 
 Terms = dict[str, z3.ExprRef]
@@ -180,17 +216,24 @@ def constant(x: object) -> z3.ExprRef:
     return z3.BoolVal(x) if isinstance(x, bool) else z3.IntVal(x)
 
 
-_PRE: dict[tuple[int, ...], tuple[Terms, Terms, z3.BoolRef]] = {}
+_SPEC: dict[tuple[int, ...], tuple[Terms, Terms, z3.BoolRef, dict[str, z3.ExprRef]]] = {}
 
 
-def _admitted(v: Mapping[str, Any]) -> bool:
-    """The spec's parameter constraints and its invariant, as one branch (built once)."""
+def _spec(v: Mapping[str, Any]) -> tuple[z3.BoolRef, dict[str, z3.ExprRef]]:
+    """The spec's parameter constraints and invariant, and its view of the plan, over the
+    check's symbols: built once, then found by the symbols' terms (the same on every path)."""
     with NoTracing():
         p, s = spec_vars(v)
         key = tuple(t.get_id() for t in (*p.values(), *s.values()))
-        if key not in _PRE:
-            _PRE[key] = (p, s, z3.And(SPEC.param_ok(p), _INVARIANT(p, s)))
-        return SymbolicBool(_PRE[key][2])  # type: ignore[return-value]
+        if key not in _SPEC:
+            _SPEC[key] = (p, s, z3.And(SPEC.param_ok(p), _INVARIANT(p, s)), spec_view(p, s))
+        return _SPEC[key][2:]
+
+
+def _admitted(v: Mapping[str, Any]) -> bool:
+    """The spec's parameter constraints and its invariant, as one branch."""
+    with NoTracing():
+        return SymbolicBool(_spec(v)[0])  # type: ignore[return-value]
 
 
 def _length(x: object) -> object:
@@ -246,23 +289,23 @@ def spec_view(p: Terms, s: Terms) -> dict[str, z3.ExprRef]:
 
 def _differences(v: Mapping[str, Any], code: Mapping[str, Any]) -> list[tuple[str, z3.BoolRef]]:
     """(name, code == spec) for everything the plan decides, as terms."""
-    spec = spec_view(*spec_vars(v))
+    spec = _spec(v)[1]
     return [(k, term(code[k]) == spec[k]) for k in spec]
 
 
 def _signature(slots: int) -> inspect.Signature:
     """The check's arguments: the parameters, free blocks, then each slot's state and lengths."""
     names = [*PARAMS, "free"] + [f"{k}{i}" for i in range(slots) for k in (*_SLOT, "P", "M")]
-    kind = inspect.Parameter.KEYWORD_ONLY
-    params = [inspect.Parameter(n, kind, annotation=bool if n in _BOOLS else int) for n in names]
-    return inspect.Signature(params, return_annotation=None)
+    return keyword_signature({n: bool if n in _BOOLS else int for n in names})
 
 
-def _check(cls: type) -> Callable[..., None]:
-    """One pass planned by ``cls`` (the shipped Scheduler or a mutant) against the spec."""
+def _check(cls: type, at: Mapping[str, Any] | None = None) -> Callable[..., None]:
+    """One pass planned by ``cls`` (the shipped Scheduler or a mutant) against the spec;
+    ``at``: only on those inputs (a mutant tried first on a state it plans otherwise)."""
 
     def check(**v: Any) -> None:
         assert _admitted(v)
+        assert at is None or pinned(v, at)
         sched, reqs = guarded(lambda: build(cls, v), v)
         plan = guarded(sched.plan, v)
         seen = guarded(lambda: sched.observe(plan), v)
@@ -271,6 +314,7 @@ def _check(cls: type) -> Callable[..., None]:
             same = SymbolicBool(z3.And(*[e for _, e in eqs]))
         if not same:
             fail(v, "differs from the spec on " + ", ".join(k for k, e in eqs if not holds(e)))
+        sample(v)
 
     check.__signature__ = _signature(SLOTS)  # type: ignore[attr-defined]
     return check
@@ -285,20 +329,28 @@ def _inputs_check(cls: type) -> Callable[..., None]:
         assert _admitted(v)
         config = guarded(lambda: config_for(v, True), v)
         gate = guarded(config.gate_config, v)
+        with NoTracing():
+            one_block = copy.copy(config)  # the constructor lists num_blocks block ids
+            object.__setattr__(one_block, "num_blocks", 1)
+        made = guarded(lambda: cls(one_block, _NoGate()), v)
         got = (config.dense, config.chunk_cap, gate.dense_tokens, gate.max_hold_passes)
-        want = (v["B"], v["cap"], v["B"], v["K"])
+        got += tuple(getattr(made, name) for name in _DERIVED)
+        want = (v["B"], v["cap"], v["B"], v["K"], *derived(v))
         with NoTracing():
             same = [term(a) == term(b) for a, b in zip(got, want, strict=True)]
             same.append(term(gate.enabled) == term(v["enabled"]))
             ok = SymbolicBool(z3.And(*same))
+            booted = constructed(cls(_BOOT, _NoGate()))
         if not ok:
             fail(v, "the config reads its parameters otherwise than the spec")
+        if constructed(made) != booted:
+            fail(v, "the constructor leaves other state for this config than the plan check's")
 
     check.__signature__ = _signature(SLOTS)  # type: ignore[attr-defined]
     return check
 
 
-R3_CHECKS: dict[str, Callable[[type], Callable[..., None]]] = {
+R3_CHECKS: dict[str, Callable[..., Callable[..., None]]] = {
     "plan": _check,
     "inputs": _inputs_check,
 }
@@ -310,71 +362,24 @@ def _m(name: str, description: str, method: str, old: str, new: str) -> CodeMuta
 
 
 R3_MUTANTS: tuple[CodeMutant, ...] = (
-    _m(
-        "observes_raw_queue",
-        "the gate sees the queue's tokens (capped), not what the pass would admit",
-        "observe",
-        "GateInput(plan.waiting_tokens,",
-        "GateInput(min(self.queued_tokens, self._dense),",
-    ),
-    _m(
-        "not_capped",
-        "the observation is the planned prefill, not capped at dense_tokens",
-        "_plan_prefill",
-        "min(planned, self._dense),",
-        "planned,",
-    ),
-    _m(
-        "decodes_count_partials",
-        "the decode count includes the partial prefills",
-        "observe",
-        "len(plan.decodes))",
-        "len(plan.decodes) + len(plan.partials))",
-    ),
-    _m(
-        "admits_after_preemption",
-        "a pass that preempted still admits from the queue",
-        "_plan_prefill",
-        "if not preempted:",
-        "if True:",
-    ),
-    _m(
-        "preempted_lost",
-        "a preempted request is marked waiting but never queued again",
-        "_preempt",
-        "self.waiting.appendleft(r)",
-        "pass",
-    ),
-    _m(
-        "queued_tokens_stale",
-        "a preemption does not add the request's tokens back to the queue's count",
-        "_preempt",
-        "self._queued_tokens += r.num_tokens",
-        "pass",
-    ),
-    _m(
-        "preempts_oldest",
-        "KV exhaustion preempts the oldest running request, not the newest",
-        "_plan_decodes",
-        "victim = running[-1]",
-        "victim = running[0]",
-    ),
-)
+    _m("observes_raw_queue",
+       "the gate sees the queue's tokens (capped), not what the pass would admit",
+       "observe", "GateInput(plan.waiting_tokens,",
+       "GateInput(min(self.queued_tokens, self._dense),"),
+    _m("not_capped", "the observation is the planned prefill, not capped at dense_tokens",
+       "_plan_prefill", "min(planned, self._dense),", "planned,"),
+    _m("decodes_count_partials", "the decode count includes the partial prefills",
+       "observe", "len(plan.decodes))", "len(plan.decodes) + len(plan.partials))"),
+    _m("admits_after_preemption", "a pass that preempted still admits from the queue",
+       "_plan_prefill", "if not preempted:", "if True:"),
+    _m("preempted_lost", "a preempted request is marked waiting but never queued again",
+       "_preempt", "self.waiting.appendleft(r)", "pass"),
+    _m("queued_tokens_stale",
+       "a preemption does not add the request's tokens back to the queue's count",
+       "_preempt", "self._queued_tokens += r.num_tokens", "pass"),
+    _m("preempts_oldest", "KV exhaustion preempts the oldest running request, not the newest",
+       "_plan_decodes", "victim = running[-1]", "victim = running[0]"),
+)  # fmt: skip
 """Broken Schedulers R3 must refute, each with a state on which it plans otherwise."""
 
 STATEMENT = statement("R3")
-
-
-def show(row: dict[str, Any]) -> dict[str, Any]:
-    """A counterexample row with each request as the spec prints it: ``<status><c>/<g>b<b>``
-    (W waiting, R running, F finished, A aborted, - not arrived)."""
-    reqs = " ".join(
-        f"{'-WRFA'[row[f'st{i}']]}{row[f'c{i}']}/{row[f'g{i}']}b{row[f'b{i}']}"
-        for i in range(SLOTS)
-    )
-    keep = ("pass", "entry", "free")
-    return {**{k: row[k] for k in keep}, "requests": reqs, "code": row["code"], "spec": row["spec"]}
-
-
-TRACE_PARAMS = (*PARAMS, *(f"{k}{i}" for i in range(SLOTS) for k in ("P", "M")))
-"""The witness entries shown as parameters; the rest (the state) form the trace row."""

@@ -18,6 +18,7 @@ from densegate.impl.sched.request import Request, RequestStatus
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.scheduler import (
     BLOCK_SIZE,
+    PARAMS,
     SLOTS,
     code_view,
     config_for,
@@ -27,7 +28,7 @@ from densegate.proofs.refinement.scheduler import (
 )
 from densegate.spec.scheduler import RUNNING, WAITING
 
-__all__ = ["concrete", "replay", "spec_plan"]
+__all__ = ["TRACE_PARAMS", "concrete", "replay", "show", "spec_plan"]
 
 
 def concrete(cls: type, witness: Mapping[str, Any]) -> dict[str, Any]:
@@ -97,3 +98,18 @@ def replay(cls: type, via: str, witness: Mapping[str, Any]) -> Replay:
     except Exception as e:
         return Replay(f"raised {type(e).__name__}: {e}", "no error")
     return Replay(code, _text(spec_plan(witness)))
+
+
+def show(row: dict[str, Any]) -> dict[str, Any]:
+    """A counterexample row with each request as the spec prints it: ``<status><c>/<g>b<b>``
+    (W waiting, R running, F finished, A aborted, - not arrived)."""
+    reqs = " ".join(
+        f"{'-WRFA'[row[f'st{i}']]}{row[f'c{i}']}/{row[f'g{i}']}b{row[f'b{i}']}"
+        for i in range(SLOTS)
+    )
+    keep = ("pass", "entry", "free")
+    return {**{k: row[k] for k in keep}, "requests": reqs, "code": row["code"], "spec": row["spec"]}
+
+
+TRACE_PARAMS = (*PARAMS, *(f"{k}{i}" for i in range(SLOTS) for k in ("P", "M")))
+"""The witness entries shown as parameters; the rest (the state) form the trace row."""

@@ -17,6 +17,7 @@ call it could not model, the iteration or time cap), with the reason.
 from __future__ import annotations
 
 import collections
+import inspect
 import sys
 import time
 import types
@@ -25,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import z3
+from crosshair import statespace
 from crosshair.core import realize
 from crosshair.core_and_libs import analyze_function
 from crosshair.libimpl.builtinslib import SymbolicBool, SymbolicInt
 from crosshair.options import AnalysisKind, AnalysisOptionSet
-from crosshair.statespace import MessageType
+from crosshair.statespace import MessageType, VersionedSolver, context_statespace
 from crosshair.tracers import NoTracing as _NoTracing
 from crosshair.util import NotDeterministic
 
@@ -44,6 +46,9 @@ __all__ = [
     "fail",
     "guarded",
     "holds",
+    "keyword_signature",
+    "pinned",
+    "sample",
     "term",
 ]
 
@@ -62,9 +67,13 @@ class Outcome:
     paths: int
     witness: dict[str, Any] | None = None
     detail: str = ""
+    samples: tuple[dict[str, Any], ...] = ()
+    """Inputs of paths that agreed with the spec, one a path where the check takes them
+    (``sample``): states to try broken variants on first."""
 
 
 _WITNESSES: list[tuple[dict[str, Any], str]] = []
+_SAMPLES: list[dict[str, Any]] = []
 
 
 def NoTracing() -> Any:
@@ -127,6 +136,46 @@ def agrees(
         return SymbolicBool(machine.relation(p, Frame(s, o, out), n))  # type: ignore[return-value]
 
 
+def pinned(values: Mapping[str, object], at: Mapping[str, object]) -> bool:
+    """Whether the inputs are exactly ``at`` (as a check's leading assert: only that state)."""
+    with NoTracing():
+        return SymbolicBool(z3.And([term(values[k]) == term(x) for k, x in at.items()]))  # type: ignore[return-value]
+
+
+def sample(values: Mapping[str, object]) -> None:
+    """Record inputs this path admits, read from a model of its condition without making
+    anything concrete (the search is unchanged); a path with no model on hand is skipped."""
+    with NoTracing():
+        space = context_statespace()
+        known = getattr(space, "_known_model", None)
+        model = known() if known is not None else None
+        if model is None and space.solver.check() == z3.sat:
+            model = space.solver.model()
+        if model is None:
+            return
+        got = {k: model.eval(term(v), model_completion=True) for k, v in values.items()}
+        read = {k: z3.is_true(x) if z3.is_bool(x) else x.as_long() for k, x in got.items()}
+        _SAMPLES.append(read)
+
+
+class _Parameter(inspect.Parameter):
+    """A parameter CrossHair's per-path deep copy of the arguments shares, not copies: it
+    is immutable, and copying each (through its ``__reduce__``, traced) costs about a
+    seventh of a many-argument check's time."""
+
+    __slots__ = ()
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _Parameter:
+        return self
+
+
+def keyword_signature(annotations: Mapping[str, type]) -> inspect.Signature:
+    """A check's signature: keyword-only arguments of the given types, returning None."""
+    kind = inspect.Parameter.KEYWORD_ONLY
+    params = [_Parameter(n, kind, annotation=t) for n, t in annotations.items()]
+    return inspect.Signature(params, return_annotation=None)
+
+
 def fail(values: Mapping[str, object], detail: str) -> None:
     """Record this path's inputs, made concrete from its model, and fail the check."""
     witness = {k: realize(v) for k, v in values.items()}
@@ -145,9 +194,24 @@ def guarded(call: Callable[[], Any], values: Mapping[str, object]) -> Any:
         fail(values, f"raised {type(e).__name__}: {e}")
 
 
-def explore(check: Callable[..., None], *, max_iterations: int = MAX_ITERATIONS) -> Outcome:
+def _incremental_solver() -> VersionedSolver:
+    """z3's own incremental solver, configured as CrossHair configures its default (which
+    re-runs the ``smt`` tactic on every assertion at every query, over half a check's
+    solver time): the same sat/unsat answers, and an unknown is still an unknown."""
+    ctx = z3.main_ctx()
+    solver = VersionedSolver(z3.Z3_mk_solver(ctx.ref()), ctx)
+    solver.set("mbqi", True)
+    solver.set("random-seed", 42)
+    solver.set("smt.random-seed", 42)
+    return solver
+
+
+def explore(
+    check: Callable[..., None], *, max_iterations: int = MAX_ITERATIONS, incremental: bool = False
+) -> Outcome:
     """Run CrossHair over every path of ``check`` (asserts mode: leading asserts are the
-    precondition) and translate its verdict; only "confirmed over all paths" proves."""
+    precondition) and translate its verdict; only "confirmed over all paths" proves.
+    ``incremental``: each path's queries go to one incremental z3 solver."""
     stats: collections.Counter[str] = collections.Counter()
     options = AnalysisOptionSet(
         analysis_kind=[AnalysisKind.asserts],
@@ -157,19 +221,27 @@ def explore(check: Callable[..., None], *, max_iterations: int = MAX_ITERATIONS)
         stats=stats,
     )
     _WITNESSES.clear()
+    _SAMPLES.clear()
     sys.modules.setdefault(_HOME, types.ModuleType(_HOME))
     check.__module__ = _HOME
+    default_solver = statespace.make_default_solver
+    if incremental:
+        statespace.make_default_solver = _incremental_solver
     t0 = time.perf_counter()
-    messages = [m for c in analyze_function(check, options) for m in c.analyze()]
+    try:
+        messages = [m for c in analyze_function(check, options) for m in c.analyze()]
+    finally:
+        statespace.make_default_solver = default_solver
     seconds = time.perf_counter() - t0
     paths = stats["num_paths"]
     kinds = {m.state for m in messages}
     if kinds == {MessageType.CONFIRMED}:
-        return Outcome("proved", seconds, paths, None, f"every path explored ({paths})")
+        detail = f"every path explored ({paths})"
+        return Outcome("proved", seconds, paths, None, detail, tuple(_SAMPLES))
     bad = [m for m in messages if m.state in (MessageType.POST_FAIL, MessageType.EXEC_ERR)]
     if bad and _WITNESSES:
         witness, detail = _WITNESSES[-1]
-        return Outcome("refuted", seconds, paths, witness, detail)
+        return Outcome("refuted", seconds, paths, witness, detail, tuple(_SAMPLES))
     if not messages:
         why = "CrossHair found no check to run"
     elif MessageType.CANNOT_CONFIRM in kinds:
@@ -180,4 +252,4 @@ def explore(check: Callable[..., None], *, max_iterations: int = MAX_ITERATIONS)
         )
     else:
         why = "; ".join(f"{m.state.name}: {m.message}" for m in messages)
-    return Outcome("unknown", seconds, paths, None, why)
+    return Outcome("unknown", seconds, paths, None, why, tuple(_SAMPLES))
