@@ -19,13 +19,14 @@ import z3
 from densegate.proofs.obligation import Step
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import RUNNING, WAITING, PassPlan, SchedulerMachine
-from densegate.spec.scheduler_summary import chunk_room
-from densegate.spec.ttft_window import window_facts, window_start
+from densegate.spec.ttft_window import TtftWindow, window_start
 
 __all__ = ["TRACKED", "first_token", "meets_window", "window_figures"]
 
 TRACKED = z3.Int("tracked")
 """The tracked request's slot: unconstrained, so a proof about it holds for every slot."""
+_WINDOW = TtftWindow()
+"""The window as specified: its facts (progress and admission rules) are the claim."""
 
 
 def _at(xs: Sequence[z3.ExprRef], t: z3.ArithRef) -> z3.ExprRef:
@@ -105,10 +106,7 @@ def meets_window(st: Step) -> z3.BoolRef:
     plan = m.plan(p, st.s, o)
     calm = _calm(m, plan, o)
     s, fig = window_figures(st, plan, t)
-    fire = st.out["fire"]
     wp = {**p, "Pt": _at(m.slot(p, "P"), t)}
-    owed = s["oa"] + z3.If(s["tw"] == 1, 0, s["ot"])
-    progress = z3.If(owed < chunk_room(p), owed, chunk_room(p))
-    facts = window_facts(wp, s, fig, fire, progress, fire)
+    facts = _WINDOW.facts(wp, s, fig, st.out["fire"])
     starts = z3.Implies(s["tw"] == 1, window_start(wp, s))
     return z3.Implies(z3.And(_in_window(m, st.s, t), calm), z3.And(facts, starts))

@@ -39,7 +39,7 @@ from densegate.proofs.scheduler_life_obligations import LIFE_BLOCK_SIZE
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler_summary import chunk_room
-from densegate.spec.ttft_window import TtftWindow
+from densegate.spec.ttft_window import TtftWindow, owing
 
 __all__ = ["WINDOW", "WINDOW_SCOPE", "closed_form", "open_form", "ttft_obligation"]
 
@@ -48,11 +48,6 @@ WINDOW_SCOPE = (
     f"any number of requests, block size {LIFE_BLOCK_SIZE}: the window has no slots; its "
     "facts are S10's per-request facts summed, S2's conservation and S7, S9's scans"
 )
-
-
-def _owing(s: Vars) -> z3.BoolRef:
-    """Prefill is owed at or before ``t``: it runs, or something ahead owes."""
-    return z3.Or(s["tw"] == 0, s["oa"] > 0)
 
 
 def _counter(name: str, step: Callable[[Step], z3.ArithRef]) -> Monitor:
@@ -69,7 +64,7 @@ def _by(cond: Callable[[Step], z3.BoolRef]) -> Callable[[Step], z3.ArithRef]:
 
 
 def _owing_fire(st: Step) -> z3.BoolRef:
-    return z3.And(_owing(st.s), st.out["fire"])
+    return z3.And(owing(st.s), st.out["fire"])
 
 
 def _short(st: Step) -> z3.BoolRef:
@@ -77,11 +72,11 @@ def _short(st: Step) -> z3.BoolRef:
 
 
 def _capacity_wait(st: Step) -> z3.BoolRef:
-    return z3.And(z3.Not(_owing(st.s)), st.out["reason"] == reason("EMPTY"))
+    return z3.And(z3.Not(owing(st.s)), st.out["reason"] == reason("EMPTY"))
 
 
 def _hpw(st: Step) -> z3.ExprRef:
-    held = z3.And(_owing(st.s), z3.Not(st.out["fire"]))
+    held = z3.And(owing(st.s), z3.Not(st.out["fire"]))
     return z3.If(st.s["open"] == 1, z3.If(held, st.s["hpw"] + 1, 0), st.s["hpw"])
 
 
@@ -90,7 +85,7 @@ MONITORS = [
     _counter("nf", _by(_owing_fire)),
     _counter("kn", lambda st: z3.If(_owing_fire(st), st.p["K"], 0)),
     _counter("cn", lambda st: z3.If(_owing_fire(st), chunk_room(st.p), 0)),
-    _counter("np", _by(lambda st: z3.Not(_owing(st.s)))),
+    _counter("np", _by(lambda st: z3.Not(owing(st.s)))),
     _counter("sh", _by(_short)),
     _counter("cw", _by(_capacity_wait)),
     Monitor("hpw", z3.Int, lambda p: z3.IntVal(0), _hpw),

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import z3
 
 from densegate.spec.gate import GATE, GateMachine
-from densegate.spec.machine import Command, Machine, Vars
-from densegate.spec.scheduler_summary import pass_facts
+from densegate.spec.machine import Command, Vars
+from densegate.spec.scheduler_summary import GatedPasses, pass_facts
 
 __all__ = ["LEDGER_BOOLS", "LEDGER_INTS", "PassLedger", "ledger_facts"]
 
@@ -93,41 +93,26 @@ def ledger_facts(p: Vars, s: Vars, o: Vars, fire: z3.BoolRef, room: z3.ArithRef)
     )
 
 
-class PassLedger(Machine):
-    """The gate's counter and the free/held/running totals over passes."""
+class PassLedger(GatedPasses):
+    """The gate's counter and the free/held/running totals over passes (parameter ``N``,
+    the KV blocks, besides the gate's and the pass's)."""
 
     def __init__(self, gate: GateMachine = GATE, name: str = "pass ledger") -> None:
-        self.gate = gate
-        self.name = name
-        self.param_sorts = {**gate.param_sorts, "T": z3.Int, "S": z3.Int, "cap": z3.Int}
+        super().__init__(gate, name)
         self.param_sorts["N"] = z3.Int
         self.state_sorts = {k: z3.Int for k in ("h", "free", "held", "run")}
         self.obs_sorts = {k: z3.Int for k in LEDGER_INTS}
         self.obs_sorts.update({k: z3.Bool for k in LEDGER_BOOLS})
-        self.out_sorts = {"fire": z3.Bool, "reason": gate.out_sorts["reason"]}
-        self.out_sorts.update({k: z3.Int for k in ("w", "prefill_tokens", "decode_seqs")})
+        self.out_sorts.update({k: z3.Int for k in ("prefill_tokens", "decode_seqs")})
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
-        more = z3.And(p["S"] >= 1, p["T"] >= p["S"], p["cap"] >= 1, p["N"] >= 1)
-        return z3.And(self.gate.param_ok(p), more)
+        return z3.And(super().param_ok(p), p["N"] >= 1)
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
         return z3.And(s["h"] == 0, s["free"] == p["N"], s["held"] == 0, s["run"] == 0)
 
-    def observe(self, p: Vars, o: Vars) -> tuple[z3.ArithRef, z3.ArithRef]:
-        """The gate's observation, as ``SchedulerMachine.observe`` makes it."""
-        planned = o["planned"]
-        return z3.If(planned < p["B"], planned, p["B"]), o["d"]
-
-    def _gate(self, p: Vars, s: Vars, o: Vars) -> list[Command]:
-        w, d = self.observe(p, o)
-        gp = {k: p[k] for k in self.gate.param_sorts}
-        return list(self.gate.commands(gp, {"h": s["h"]}, {"w": w, "d": d}))
-
     def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
-        cmds = self._gate(p, s, o)
-        fire = z3.Or(*[z3.And(c.guard, c.out["fire"]) for c in cmds])
-        return ledger_facts(p, s, o, fire, self.reserve_room(o))
+        return ledger_facts(p, s, o, self.fires(p, s, o), self.reserve_room(o))
 
     def reserve_room(self, o: Vars) -> z3.ArithRef:
         """How many blocks admissions may reserve: the free ones (a hook for a broken variant)."""
@@ -136,7 +121,7 @@ class PassLedger(Machine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         w, _ = self.observe(p, o)
         out_cmds = []
-        for gc in self._gate(p, s, o):
+        for gc in self.gate_commands(p, s, o):
             out = dict(gc.out)
             # the sequences that really decode, whatever the gate was told
             out.update({"w": w, "decode_seqs": o["d"]})

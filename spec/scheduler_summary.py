@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 import z3
 
 from densegate.spec.gate import GATE, GateMachine
-from densegate.spec.machine import Command, Machine, Vars
+from densegate.spec.machine import Command, Machine, Sort, Vars
 
-__all__ = ["FIGURES", "SchedulerSummary", "chunk_room", "pass_facts"]
+__all__ = ["FIGURES", "GatedPasses", "SchedulerSummary", "chunk_room", "pass_facts"]
 
 
 FIGURES = ("planned", "d", "work", "run", "head_fits", "head_admit")
@@ -56,22 +56,50 @@ def pass_facts(p: Vars, f: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     )
 
 
-class SchedulerSummary(Machine):
-    """The gate's counter ``h`` over summarised passes; parameters B, K, enabled and
-    the pass budget ``T``, sequence slots ``S`` and chunk cap (for ``c``)."""
+class GatedPasses(Machine):
+    """What the slot-free scheduler machines share: the gate (its commands, reused) over a
+    pass observed through figures, ``planned`` prefill and ``d`` decodes among them.
 
-    def __init__(self, gate: GateMachine = GATE, name: str = "scheduler summary") -> None:
+    Parameters: the gate's B, K, enabled, the pass budget ``T``, sequence slots ``S`` and
+    chunk cap (for ``c``). Subclasses add their state, figures and facts."""
+
+    param_sorts: dict[str, Sort]
+    out_sorts: dict[str, Sort]
+
+    def __init__(self, gate: GateMachine, name: str) -> None:
         self.gate = gate
         self.name = name
         self.param_sorts = {**gate.param_sorts, "T": z3.Int, "S": z3.Int, "cap": z3.Int}
-        self.state_sorts = {"h": z3.Int}
-        self.obs_sorts = {k: z3.Bool if k.startswith("head") else z3.Int for k in FIGURES}
-        self.out_sorts = {"fire": z3.Bool, "reason": gate.out_sorts["reason"]}
-        self.out_sorts.update({k: z3.Int for k in ("w", "prefill_tokens", "decode_seqs")})
+        self.out_sorts = {"fire": z3.Bool, "reason": gate.out_sorts["reason"], "w": z3.Int}
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
         more = z3.And(p["S"] >= 1, p["T"] >= p["S"], p["cap"] >= 1)
         return z3.And(self.gate.param_ok(p), more)
+
+    def observe(self, p: Vars, o: Vars) -> tuple[z3.ArithRef, z3.ArithRef]:
+        """The gate's observation, as ``SchedulerMachine.observe`` makes it."""
+        planned = o["planned"]
+        return z3.If(planned < p["B"], planned, p["B"]), o["d"]
+
+    def gate_commands(self, p: Vars, s: Vars, o: Vars) -> list[Command]:
+        """The gate's commands on this pass's observation."""
+        w, d = self.observe(p, o)
+        gp = {k: p[k] for k in self.gate.param_sorts}
+        return list(self.gate.commands(gp, {"h": s["h"]}, {"w": w, "d": d}))
+
+    def fires(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
+        """Whether the gate fires on this pass (for facts that depend on it)."""
+        return z3.Or(*[z3.And(c.guard, c.out["fire"]) for c in self.gate_commands(p, s, o)])
+
+
+class SchedulerSummary(GatedPasses):
+    """The gate's counter ``h`` over summarised passes."""
+
+    def __init__(self, gate: GateMachine = GATE, name: str = "scheduler summary") -> None:
+        super().__init__(gate, name)
+        self.state_sorts = {"h": z3.Int}
+        self.obs_sorts = {k: z3.Bool if k.startswith("head") else z3.Int for k in FIGURES}
+        self.out_sorts.update({k: z3.Int for k in ("prefill_tokens", "decode_seqs")})
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
         return s["h"] == 0
@@ -79,19 +107,12 @@ class SchedulerSummary(Machine):
     def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
         return pass_facts(p, o)
 
-    def observe(self, p: Vars, o: Vars) -> tuple[z3.ArithRef, z3.ArithRef]:
-        """The gate's observation, as ``SchedulerMachine.observe`` makes it."""
-        planned = o["planned"]
-        return z3.If(planned < p["B"], planned, p["B"]), o["d"]
-
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         w, d = self.observe(p, o)
         cmds = []
-        gp = {k: p[k] for k in self.gate.param_sorts}
-        for gc in self.gate.commands(gp, {"h": s["h"]}, {"w": w, "d": d}):
-            fire = gc.out["fire"]
+        for gc in self.gate_commands(p, s, o):
             out = dict(gc.out)
             out.update({"w": w, "decode_seqs": d})
-            out["prefill_tokens"] = z3.If(fire, o["planned"], 0)
+            out["prefill_tokens"] = z3.If(gc.out["fire"], o["planned"], 0)
             cmds.append(Command(gc.name, gc.guard, out, {"h": gc.next["h"]}))
         return cmds

@@ -25,10 +25,18 @@ from collections.abc import Sequence
 import z3
 
 from densegate.spec.gate import GATE, GateMachine
-from densegate.spec.machine import Command, Machine, Vars
-from densegate.spec.scheduler_summary import chunk_room
+from densegate.spec.machine import Command, Vars
+from densegate.spec.scheduler_summary import GatedPasses, chunk_room
 
-__all__ = ["WINDOW_INTS", "WINDOW_STATE", "TtftWindow", "window_facts", "window_start"]
+__all__ = [
+    "WINDOW_INTS",
+    "WINDOW_STATE",
+    "TtftWindow",
+    "owed_up_to",
+    "owing",
+    "window_facts",
+    "window_start",
+]
 
 WINDOW_STATE = ("tw", "oa", "ot", "ra")
 """The window's figures: t waits (0/1), owed ahead, owed by t, longest output ahead."""
@@ -39,6 +47,17 @@ itself, and the window's figures after the pass."""
 
 def _min(a: z3.ArithRef, b: z3.ArithRef) -> z3.ArithRef:
     return z3.If(a < b, a, b)
+
+
+def owing(s: Vars) -> z3.BoolRef:
+    """Prefill is owed at or before ``t``: it runs (owing until its first token), or a
+    request ahead owes; otherwise ``t`` waits behind decodes only."""
+    return z3.Or(s["tw"] == 0, s["oa"] > 0)
+
+
+def owed_up_to(s: Vars) -> z3.ArithRef:
+    """Prefill owed by the running requests up to ``t``: ahead, and ``t`` once it runs."""
+    return s["oa"] + z3.If(s["tw"] == 1, 0, s["ot"])
 
 
 def window_start(p: Vars, s: Vars) -> z3.BoolRef:
@@ -63,8 +82,7 @@ def window_facts(
     tw2, oa2, ot2, ra2 = o["tw2"], o["oa2"], o["ot2"], o["ra2"]
     fits = o["fits"]
     waits = tw == 1
-    # a pass with prefill owed at or before t; otherwise t waits behind decodes only
-    owing = z3.Or(z3.Not(waits), oa > 0)
+    owes = owing(s)
     return z3.And(
         o["planned"] >= 0,
         o["d"] >= 0,
@@ -86,37 +104,33 @@ def window_facts(
         z3.Implies(z3.And(fire, z3.Not(waits)), o["runa"] + o["runt"] >= progress),
         # (S10) no request joins ahead of t; each ahead that owes nothing decodes and samples
         ra2 <= ra,
-        z3.Implies(z3.And(z3.Not(owing), ra > 0), ra2 < ra),
+        z3.Implies(z3.And(z3.Not(owes), ra > 0), ra2 < ra),
         z3.Implies(z3.And(tw2 == 1, oa2 > 0), ra2 >= 1),
         # (S2, S7) nothing runs ahead of a waiting head: the pool is free and it fits
         z3.Implies(z3.And(waits, ra == 0), z3.And(o["d"] == 0, fits)),
         # (S7) a head that fits plans >= 1 token and a fire admits it; one that does not
         # fit, with nothing owed ahead, leaves nothing planned
         z3.Implies(z3.And(waits, fits), z3.And(o["planned"] > 0, z3.Implies(admit, tw2 == 0))),
-        z3.Implies(z3.And(z3.Not(owing), z3.Not(fits)), z3.And(o["planned"] == 0, tw2 == 1)),
+        z3.Implies(z3.And(z3.Not(owes), z3.Not(fits)), z3.And(o["planned"] == 0, tw2 == 1)),
     )
 
 
-class TtftWindow(Machine):
+class TtftWindow(GatedPasses):
     """The gate's counter and a window's figures over its undisturbed passes.
 
-    Parameters: the gate's B, K, enabled; the pass budget ``T``, sequence slots ``S``
-    and chunk cap (for ``c``); ``Pt``, the tracked request's prompt. ``open`` is 1 until
-    ``t`` has no prefill left to run (its first token), then 0 and nothing is claimed."""
+    Parameters: the gate's and the pass's (``GatedPasses``) and ``Pt``, the tracked
+    request's prompt. ``open`` is 1 until ``t`` has no prefill left to run (its first
+    token), then 0 and nothing is claimed."""
 
     def __init__(self, gate: GateMachine = GATE, name: str = "ttft window") -> None:
-        self.gate = gate
-        self.name = name
-        self.param_sorts = {**gate.param_sorts, "T": z3.Int, "S": z3.Int, "cap": z3.Int}
+        super().__init__(gate, name)
         self.param_sorts["Pt"] = z3.Int
         self.state_sorts = {k: z3.Int for k in ("h", "open", *WINDOW_STATE, "o0", "d0")}
         self.obs_sorts = {k: z3.Int for k in WINDOW_INTS}
         self.obs_sorts["fits"] = z3.Bool
-        self.out_sorts = {"fire": z3.Bool, "reason": gate.out_sorts["reason"], "w": z3.Int}
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
-        more = z3.And(p["S"] >= 1, p["T"] >= p["S"], p["cap"] >= 1, p["Pt"] >= 1)
-        return z3.And(self.gate.param_ok(p), more)
+        return z3.And(super().param_ok(p), p["Pt"] >= 1)
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
         """Headship at any gate state the gate can reach (0 <= h < K, proved by P1)."""
@@ -129,10 +143,6 @@ class TtftWindow(Machine):
             s["d0"] == s["ra"],
         )
 
-    def observe(self, p: Vars, o: Vars) -> tuple[z3.ArithRef, z3.ArithRef]:
-        """The gate's observation, as ``SchedulerMachine.observe`` makes it."""
-        return _min(o["planned"], p["B"]), o["d"]
-
     def progress(self, p: Vars, owed: z3.ArithRef) -> z3.ArithRef:
         """The least a fire runs of ``owed`` prefill (a hook for a broken variant)."""
         return _min(owed, chunk_room(p))
@@ -142,21 +152,18 @@ class TtftWindow(Machine):
         variant)."""
         return fire
 
-    def _gate(self, p: Vars, s: Vars, o: Vars) -> list[Command]:
-        w, d = self.observe(p, o)
-        gp = {k: p[k] for k in self.gate.param_sorts}
-        return list(self.gate.commands(gp, {"h": s["h"]}, {"w": w, "d": d}))
+    def facts(self, p: Vars, s: Vars, o: Vars, fire: z3.BoolRef) -> z3.BoolRef:
+        """``window_facts`` with this window's progress and admission rules."""
+        progress = self.progress(p, owed_up_to(s))
+        return window_facts(p, s, o, fire, progress, self.admits_head(fire))
 
     def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
-        fire = z3.Or(*[z3.And(c.guard, c.out["fire"]) for c in self._gate(p, s, o)])
-        owed = s["oa"] + z3.If(s["tw"] == 1, 0, s["ot"])
-        facts = window_facts(p, s, o, fire, self.progress(p, owed), self.admits_head(fire))
-        return z3.Implies(s["open"] == 1, facts)
+        return z3.Implies(s["open"] == 1, self.facts(p, s, o, self.fires(p, s, o)))
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         w, _ = self.observe(p, o)
         out_cmds = []
-        for gc in self._gate(p, s, o):
+        for gc in self.gate_commands(p, s, o):
             nxt: dict[str, z3.ExprRef] = {"h": gc.next["h"], "o0": s["o0"], "d0": s["d0"]}
             nxt.update({k: o[f"{k}2"] for k in WINDOW_STATE})
             nxt["open"] = z3.If(z3.And(s["open"] == 1, o["ot2"] > 0), 1, 0)

@@ -186,13 +186,14 @@ def test_s8_window_check_refutes_a_fact_the_scheduler_breaks(
     import z3
 
     from densegate.proofs import ttft_cover
+    from densegate.spec import ttft_window
 
-    real = ttft_cover.window_facts
+    real = ttft_window.window_facts
 
     def exact(p, s, o, fire, progress, admit):  # type: ignore[no-untyped-def]
         return z3.And(real(p, s, o, fire, progress, admit), o["oa2"] == s["oa"] - o["runa"])
 
-    monkeypatch.setattr(ttft_cover, "window_facts", exact)
+    monkeypatch.setattr(ttft_window, "window_facts", exact)
     # (trace_depth 1: the induction check is the claim here; a reachable trace is
     # 8+ passes deep and its search would cost a minute)
     ob = replace(_ob("S8"), prop=ttft_cover.meets_window, mutants=(), triggers=[], trace_depth=1)
