@@ -5,8 +5,8 @@ Pure data over ``densegate.spec`` machines; ``densegate.proofs.prover`` decides 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import z3
 
@@ -86,3 +86,6 @@ class Obligation:
     ``None``: the antecedents of the property's top-level implications."""
     trigger_names: Sequence[str] | None = None
     """How the report names ``triggers`` (default: the condition as z3 prints it)."""
+    solver_options: Mapping[str, object] = field(default_factory=dict)
+    """z3 options for this obligation's queries (speed only: every answer is still
+    ``unsat``/``sat`` from z3, and ``unknown`` still fails)."""

@@ -19,7 +19,7 @@ any machine.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import z3
@@ -82,26 +82,35 @@ class _Unroller:
         return st, z3.And(self.machine.relation(p, f, nxt), *mons)
 
 
-def _solver() -> z3.Solver:
+def _solver(tuning: Mapping[str, Any] | None = None) -> z3.Solver:
     # Eliminating the transition relation's many equalities first makes the
     # scheduler's queries several times cheaper; the gate's are unaffected.
     s = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
     s.set("rlimit", RLIMIT)
+    for k, v in (tuning or {}).items():
+        s.set(k, v)
     return s
 
 
-def _solve(constraints: Sequence[z3.BoolRef]) -> tuple[z3.CheckSatResult, float, str]:
+def _solve(
+    constraints: Sequence[z3.BoolRef], tuning: Mapping[str, Any] | None = None
+) -> tuple[z3.CheckSatResult, float, str]:
     """One solver run: its answer, its seconds and, on ``unknown``, z3's reason."""
     t0 = time.perf_counter()
-    s = _solver()
+    s = _solver(tuning)
     s.add(*constraints)
     r = s.check()
     return r, time.perf_counter() - t0, s.reason_unknown() if r == z3.unknown else ""
 
 
-def _check(name: str, premise: Sequence[z3.BoolRef], goal: z3.BoolRef) -> CheckResult:
+def _check(
+    name: str,
+    premise: Sequence[z3.BoolRef],
+    goal: z3.BoolRef,
+    tuning: Mapping[str, Any] | None = None,
+) -> CheckResult:
     """Validity of premise => goal, as unsatisfiability of its negation."""
-    r, dt, why = _solve([*premise, z3.Not(goal)])
+    r, dt, why = _solve([*premise, z3.Not(goal)], tuning)
     if r == z3.unsat:
         return CheckResult(name, "unsat", dt)
     if r == z3.sat:
@@ -134,15 +143,16 @@ def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     st, trans = u.step(p, f, nxt)
     base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs)]
     inv_s = ob.invariant(p, f.state)
+    tune = ob.solver_options
     key = (id(machine), id(ob.invariant), tuple(id(m) for m in ob.monitors))
     if _CONSECUTION.get(key) is machine:
         consecution = CheckResult("consecution", "unsat", 0.0, "proved earlier in this run")
     else:
-        consecution = _check("consecution", [*base, inv_s, trans], ob.invariant(p, nxt))
+        consecution = _check("consecution", [*base, inv_s, trans], ob.invariant(p, nxt), tune)
         if consecution.status == "unsat":
             _CONSECUTION[key] = machine
     checks = [
-        _check("initiation", [machine.param_ok(p), u.init(p, f.state)], inv_s),
+        _check("initiation", [machine.param_ok(p), u.init(p, f.state)], inv_s, tune),
         consecution,
     ]
     premise = [*base, inv_s, trans] if ob.needs_step else [*base, inv_s]
@@ -150,7 +160,7 @@ def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
         # Sound once consecution is proved, and it spares re-deriving the
         # invariant's facts about the next state.
         premise.append(ob.invariant(p, nxt))
-    checks.append(_check("property", premise, ob.prop(st)))
+    checks.append(_check("property", premise, ob.prop(st), tune))
     return checks
 
 
@@ -166,9 +176,11 @@ def _antecedents(term: z3.BoolRef) -> list[z3.BoolRef]:
     return []
 
 
-def _satisfiable(name: str, constraints: Sequence[z3.BoolRef]) -> CheckResult:
+def _satisfiable(
+    name: str, constraints: Sequence[z3.BoolRef], tuning: Mapping[str, Any] | None = None
+) -> CheckResult:
     """A check that passes on ``sat``: the constraints have a model."""
-    r, dt, why = _solve(constraints)
+    r, dt, why = _solve(constraints, tuning)
     if r == z3.sat:
         return CheckResult(name, "sat", dt)
     if r == z3.unsat:
@@ -207,19 +219,20 @@ def _sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     premise = [*base, trans] if ob.needs_step else base
     mons = tuple(id(m) for m in ob.monitors)
     key: tuple[Any, ...] = ("premise", id(machine), id(ob.invariant), mons, ob.needs_step)
-    checks = [_cached(key, machine, lambda: _satisfiable("premise", premise))]
+    tune = ob.solver_options
+    checks = [_cached(key, machine, lambda: _satisfiable("premise", premise, tune))]
     triggers = (
         [t(st) for t in ob.triggers] if ob.triggers is not None else _antecedents(ob.prop(st))
     )
     for i, t in enumerate(triggers):
-        r = _satisfiable(f"trigger {i + 1}", [*premise, t])
+        r = _satisfiable(f"trigger {i + 1}", [*premise, t], tune)
         names = ob.trigger_names
         cond = names[i] if names is not None and i < len(names) else _describe(t)
         r.reason = f"{cond}; {r.reason}" if r.reason else cond
         checks.append(r)
     one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1
     key = ("total", id(machine), id(ob.invariant), mons)
-    checks.append(_cached(key, machine, lambda: _check("exactly one command", base, one)))
+    checks.append(_cached(key, machine, lambda: _check("exactly one command", base, one, tune)))
     return checks
 
 
@@ -257,7 +270,7 @@ def _bmc(
 ) -> tuple[str, Trace | None, str]:
     u = _Unroller(machine, ob.monitors)
     p = machine.params()
-    s = _solver()
+    s = _solver(ob.solver_options)
     s.add(machine.param_ok(p))
     if extra is not None:
         s.add(extra(p))
@@ -353,7 +366,10 @@ def prove(ob: Obligation) -> ObligationResult:
     trace = None
     if ob.bound is None:
         checks = _induction_checks(ob, ob.machine)
-        checks += [_check(f"lemma {i + 1}", [], lem()) for i, lem in enumerate(ob.lemmas)]
+        checks += [
+            _check(f"lemma {i + 1}", [], lem(), ob.solver_options)
+            for i, lem in enumerate(ob.lemmas)
+        ]
         status = _status(checks)
     else:
         t1 = time.perf_counter()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import sys
 import textwrap
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -28,6 +29,10 @@ class CodeMutant:
     method: str
     old: str
     new: str
+    focus: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    """Check name -> a partial state (the rest symbolic) where the prover looks first, when no
+    state sampled from the target's proof tells the mutant apart. Speed only: a refutation
+    found there is replayed like any other, and without one every path is explored."""
 
     @cached_property
     def build(self) -> type:

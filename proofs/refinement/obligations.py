@@ -107,6 +107,8 @@ class RefinementObligation:
             trace = None
             if at is not None:  # first on a state where it plans otherwise than the target
                 trace = self._refuting(m, via, self._explore(build(m.build, at)))
+            if trace is None and via in m.focus:  # then where its author expects it to differ
+                trace = self._refuting(m, via, self._explore(build(m.build, m.focus[via])))
             out = None
             if trace is None:
                 out = self._explore(build(m.build))

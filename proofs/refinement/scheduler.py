@@ -301,7 +301,8 @@ def _signature(slots: int) -> inspect.Signature:
 
 def _check(cls: type, at: Mapping[str, Any] | None = None) -> Callable[..., None]:
     """One pass planned by ``cls`` (the shipped Scheduler or a mutant) against the spec;
-    ``at``: only on those inputs (a mutant tried first on a state it plans otherwise)."""
+    ``at``: only on inputs that agree with it (a mutant tried first on a state where it
+    plans otherwise, or on its ``focus``, a partial state)."""
 
     def check(**v: Any) -> None:
         assert _admitted(v)
@@ -357,8 +358,10 @@ R3_CHECKS: dict[str, Callable[..., Callable[..., None]]] = {
 """Entry point -> check of a Scheduler-like class (the shipped one or a mutant)."""
 
 
-def _m(name: str, description: str, method: str, old: str, new: str) -> CodeMutant:
-    return CodeMutant(name, description, Scheduler, method, old, new)
+def _m(
+    name: str, description: str, method: str, old: str, new: str, **focus: object
+) -> CodeMutant:
+    return CodeMutant(name, description, Scheduler, method, old, new, {"plan": focus} if focus else {})
 
 
 R3_MUTANTS: tuple[CodeMutant, ...] = (
@@ -371,7 +374,8 @@ R3_MUTANTS: tuple[CodeMutant, ...] = (
     _m("decodes_count_partials", "the decode count includes the partial prefills",
        "observe", "len(plan.decodes))", "len(plan.decodes) + len(plan.partials))"),
     _m("admits_after_preemption", "a pass that preempted still admits from the queue",
-       "_plan_prefill", "if not preempted:", "if True:"),
+       "_plan_prefill", "if not preempted:", "if True:",
+       free=0, st0=RUNNING, st1=RUNNING),  # a decode preempts the other running request
     _m("preempted_lost", "a preempted request is marked waiting but never queued again",
        "_preempt", "self.waiting.appendleft(r)", "pass"),
     _m("queued_tokens_stale",

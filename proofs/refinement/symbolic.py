@@ -12,6 +12,10 @@ disagreed; ``refuted`` with concrete inputs, realized from the disagreeing
 path's model and replayed concretely by the caller; ``unknown`` for everything
 else (a path CrossHair could not finish, a value it had to make concrete, a
 call it could not model, the iteration or time cap), with the reason.
+
+While a check runs, ``min`` and ``max`` of symbolic ints are one term, not a branch
+per comparison (``densegate.proofs.refinement.branchless``): the same values on
+fewer paths.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from crosshair.statespace import MessageType, VersionedSolver, context_statespac
 from crosshair.tracers import NoTracing as _NoTracing
 from crosshair.util import NotDeterministic
 
+from densegate.proofs.refinement.branchless import installed
 from densegate.spec.machine import Frame, Machine
 
 __all__ = [
@@ -229,7 +234,8 @@ def explore(
         statespace.make_default_solver = _incremental_solver
     t0 = time.perf_counter()
     try:
-        messages = [m for c in analyze_function(check, options) for m in c.analyze()]
+        with installed():
+            messages = [m for c in analyze_function(check, options) for m in c.analyze()]
     finally:
         statespace.make_default_solver = default_solver
     seconds = time.perf_counter() - t0
