@@ -358,10 +358,9 @@ R3_CHECKS: dict[str, Callable[..., Callable[..., None]]] = {
 """Entry point -> check of a Scheduler-like class (the shipped one or a mutant)."""
 
 
-def _m(
-    name: str, description: str, method: str, old: str, new: str, **focus: object
-) -> CodeMutant:
-    return CodeMutant(name, description, Scheduler, method, old, new, {"plan": focus} if focus else {})
+def _m(name: str, description: str, method: str, old: str, new: str, **focus: object) -> CodeMutant:
+    where = {"plan": focus} if focus else {}
+    return CodeMutant(name, description, Scheduler, method, old, new, where)
 
 
 R3_MUTANTS: tuple[CodeMutant, ...] = (
