@@ -28,42 +28,68 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        default=1,
+        default=0,
         metavar="N",
-        help="worker processes (default 1; 0: one per CPU); obligations sharing a machine "
-        "stay in one process so they share its proved invariant",
+        help="worker processes (default 0: one per CPU; 1: no workers); obligations sharing "
+        "a machine stay in one process so they share its proved invariant",
     )
 
 
-def _prove_ids(level: str, ids: list[str]) -> list[Any]:
-    """Worker: rebuild ``level``'s obligations in this process and prove ``ids``."""
-    from densegate.proofs.registry import obligations, prove
-
-    return [prove(o) for o in obligations([level]) if o.id in ids]
+Task = tuple[str, tuple[str, ...], bool]
+"""(level, obligation ids, mutants only): prove the ids (a model obligation's mutants left
+to a task of their own), or refute one model obligation's mutants."""
 
 
-def _groups(obs: list[Any], levels: dict[int, str]) -> list[tuple[str, list[str]]]:
-    """Obligations grouped by level and machine, costliest (scheduler) first."""
-    groups: dict[tuple[str, int], list[str]] = {}
+def _run(level: str, ids: tuple[str, ...], mutants_only: bool) -> list[Any]:
+    """Worker: rebuild ``level``'s obligations in this process and run one task."""
+    from densegate.proofs.registry import obligations, prove, refute
+
+    obs = [o for o in obligations([level]) if o.id in ids]
+    if mutants_only:
+        return [refute(o) for o in obs]
+    return [prove(o, mutants=False) for o in obs]
+
+
+def _size(ob: Any) -> int:
+    """A cost guess for ordering tasks: the machine's variables (a code obligation, which
+    runs CrossHair path by path, counts as large)."""
+    machine = getattr(ob, "machine", None)
+    if machine is None or not hasattr(ob, "invariant"):
+        return 100
+    return len(machine.param_sorts) + len(machine.state_sorts)
+
+
+def _tasks(obs: list[Any], levels: dict[int, str]) -> list[Task]:
+    """Obligations sharing a machine in one task (they share its proved invariant), each
+    model obligation's mutants in another; the likely costliest first."""
+    groups: dict[tuple[str, int], list[Any]] = {}
     for o in obs:
-        machine = getattr(o, "machine", None)
-        groups.setdefault((levels[id(o)], id(machine)), []).append(o.id)
-    order = sorted(groups, key=lambda k: k[0] != "scheduler")
-    return [(k[0], groups[k]) for k in order]
+        groups.setdefault((levels[id(o)], id(getattr(o, "machine", None))), []).append(o)
+    weighed: list[tuple[int, Task]] = []
+    for (level, _), members in groups.items():
+        weighed.append((max(map(_size, members)), (level, tuple(o.id for o in members), False)))
+        for o in members:
+            if hasattr(o, "invariant") and o.mutants:
+                weighed.append((_size(o) * len(o.mutants) // 4, (level, (o.id,), True)))
+    return [t for _, t in sorted(weighed, key=lambda wt: -wt[0])]
 
 
 def _prove_all(obs: list[Any], levels: dict[int, str], jobs: int) -> list[Any]:
-    """Every obligation's result, in ``obs`` order; groups spread over ``jobs`` processes."""
+    """Every obligation's result, in ``obs`` order; tasks spread over ``jobs`` processes."""
     from densegate.proofs.registry import prove
 
-    groups = _groups(obs, levels)
-    workers = min(jobs if jobs > 0 else (os.cpu_count() or 1), len(groups))
-    if workers <= 1:
+    workers = jobs if jobs > 0 else (os.cpu_count() or 1)
+    if workers <= 1 or len(obs) <= 1:
         return [prove(o) for o in obs]
+    tasks = _tasks(obs, levels)
     ctx = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        futures = [pool.submit(_prove_ids, level, ids) for level, ids in groups]
-        by_id = {r.id: r for f in futures for r in f.result()}
+    with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx) as pool:
+        futures = [(t, pool.submit(_run, *t)) for t in tasks]
+        done = [(t, f.result()) for t, f in futures]
+    by_id = {r.id: r for (_, _, only), rs in done if not only for r in rs}
+    for (_, ids, only), rs in done:
+        if only:
+            by_id[ids[0]].mutants = rs[0]
     return [by_id[o.id] for o in obs]
 
 

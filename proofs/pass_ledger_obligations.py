@@ -5,7 +5,7 @@ each phase boundary, constrained by ``ledger_facts`` (sums of S10's
 per-request facts and the scans' results: S7, S9, S11). So no-idle (S1) and
 conservation of blocks and sequence slots (S2) hold for every number of
 requests, at the block size S10 and S11 are proved for. S8 checks on the
-per-slot machine (4 requests) that each of its passes meets the ledger facts.
+per-slot machine (3 requests) that each of its passes meets the ledger facts.
 """
 
 from __future__ import annotations

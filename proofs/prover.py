@@ -41,6 +41,7 @@ __all__ = [
     "Trace",
     "find_trace",
     "prove",
+    "refute",
 ]
 
 GUARDS = "guards true"
@@ -360,8 +361,14 @@ def _refute(ob: Obligation, m: Mutant) -> MutantResult:
     return MutantResult(m.name, m.description, "unknown", time.perf_counter() - t0, None, reason)
 
 
-def prove(ob: Obligation) -> ObligationResult:
-    """Prove ``ob`` and refute each of its mutants."""
+def refute(ob: Obligation, name: str) -> MutantResult:
+    """Refute ``ob``'s mutant ``name`` (a trace from the initial state), on its own."""
+    return _refute(ob, next(m for m in ob.mutants if m.name == name))
+
+
+def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:
+    """Prove ``ob`` and, with ``mutants``, refute each of its mutants (else the result has
+    none: ``refute`` each on its own, say in another process)."""
     t0 = time.perf_counter()
     trace = None
     if ob.bound is None:
@@ -384,7 +391,7 @@ def prove(ob: Obligation) -> ObligationResult:
     if status == "proved" and verdict != "proved":
         status = verdict
     seconds = time.perf_counter() - t0
-    mutants = [_refute(ob, m) for m in ob.mutants]
+    refuted = [_refute(ob, m) for m in ob.mutants] if mutants else []
     bound = None if ob.bound is None else (ob.bound_note or f"depth {ob.bound}")
     return ObligationResult(
         ob.id,
@@ -396,7 +403,7 @@ def prove(ob: Obligation) -> ObligationResult:
         bound=bound,
         scope=ob.scope,
         checks=checks,
-        mutants=mutants,
+        mutants=refuted,
         trace=trace,
         sanity=sanity,
     )

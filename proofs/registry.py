@@ -5,10 +5,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Protocol
 
-from densegate.proofs.prover import Obligation, ObligationResult
+from densegate.proofs.prover import MutantResult, Obligation, ObligationResult
 from densegate.proofs.prover import prove as prove_model
+from densegate.proofs.prover import refute as refute_model
 
-__all__ = ["LEVELS", "Provable", "obligations", "prove"]
+__all__ = ["LEVELS", "Provable", "obligations", "prove", "refute"]
 
 
 class Provable(Protocol):
@@ -50,6 +51,14 @@ def obligations(levels: list[str] | None = None) -> list[Obligation | Provable]:
     return out
 
 
-def prove(ob: Obligation | Provable) -> ObligationResult:
-    """A model obligation goes to the prover; a code obligation runs its own checks."""
-    return prove_model(ob) if isinstance(ob, Obligation) else ob.prove()
+def prove(ob: Obligation | Provable, mutants: bool = True) -> ObligationResult:
+    """A model obligation goes to the prover; a code obligation runs its own checks (its
+    mutants always with them: they start from states its proof sampled). ``mutants``
+    False leaves a model obligation's mutants to ``refute``."""
+    return prove_model(ob, mutants) if isinstance(ob, Obligation) else ob.prove()
+
+
+def refute(ob: Obligation | Provable) -> list[MutantResult]:
+    """A model obligation's mutants, each refuted on its own (none for a code obligation,
+    whose ``prove`` refutes them)."""
+    return [refute_model(ob, m.name) for m in ob.mutants] if isinstance(ob, Obligation) else []

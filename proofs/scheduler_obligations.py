@@ -46,7 +46,7 @@ __all__ = [
     "invariant",
 ]
 
-SLOTS = 4
+SLOTS = 3
 BLOCK_SIZE = 2
 SCHEDULER = SchedulerMachine(SLOTS, BLOCK_SIZE)
 _MUTANTS = scheduler_mutants(SLOTS, BLOCK_SIZE)

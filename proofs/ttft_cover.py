@@ -6,7 +6,7 @@ either waits at the head of the queue or runs. For such a pass with no
 preemption and no abort, ``window_figures`` reads the window's figures
 before and after it off the slots (prefill owed ahead of ``t`` and by ``t``,
 the longest remaining output ahead, the chunks a fire runs), and
-``meets_window`` is the claim S8 proves at 4 requests: the pass meets
+``meets_window`` is the claim S8 proves at 3 requests: the pass meets
 ``window_facts`` and a state at headship meets ``window_start``.
 """
 

@@ -8,7 +8,7 @@ constrained only by ``ledger_facts``; each fact is a sum over requests of
 what S10 proves of one request, or a scan's result (S7, S9, S11), so every
 one holds whatever the number of requests. No-idle (S1) and conservation
 (S2) proved of the ledger therefore hold of the per-slot scheduler with any
-number of requests; S8 checks, at 4 requests, that each per-slot pass meets
+number of requests; S8 checks, at 3 requests, that each per-slot pass meets
 these facts.
 """
 

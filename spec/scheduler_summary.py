@@ -17,7 +17,7 @@ takes those figures as its observation, constrained only by the *pass facts*
 So a property proved of the summary holds for the per-slot scheduler with any
 number of requests and any block size, given the per-request facts the scans
 take as given (S10 and S2, for any number of requests at block size 2), and
-obligation S8 checks, on the per-slot machine at 4 requests, that each of its
+obligation S8 checks, on the per-slot machine at 3 requests, that each of its
 passes is a step of this summary.
 """
 

@@ -14,7 +14,7 @@ Each step is an *undisturbed* pass (none preempted, none aborted), observed
 through its figures and constrained only by ``window_facts``; each fact is a
 sum over requests of what S10 proves of one request, or a scan's result (S7,
 S9 applied to the requests up to ``t``), so it holds whatever the number of
-requests. S8 checks, at 4 requests and any one tracked, that every
+requests. S8 checks, at 3 requests and any one tracked, that every
 undisturbed per-slot pass of an open window meets these facts.
 """
 

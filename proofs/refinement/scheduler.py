@@ -4,7 +4,7 @@ The abstraction is the spec's own: request slot ``i`` is the ``i``-th request;
 ``st``/``c``/``g``/``b`` are its status, ``num_computed``, output length and
 block count, ``free`` the free blocks, ``P``/``M`` its prompt length and
 ``max_tokens``. From every configuration the spec admits and every state its
-invariant allows (``invariant_of``: S8 proves it inductive for 4 requests; a run
+invariant allows (``invariant_of``: S8 proves it inductive for 3 requests; a run
 of fewer is one where the rest never arrive), a Scheduler built from that state
 plans one pass (``plan``, then ``observe``, both as shipped) and shows the gate
 the spec's ``(w, d) = (min(planned prefill, B), decodes)``; it also decodes, preempts, chunks and
