@@ -53,15 +53,18 @@ def _run(level: str, ids: tuple[str, ...], mutants_only: bool) -> list[Any]:
 def _size(ob: Any) -> int:
     """A cost guess for ordering tasks: the machine's variables (a code obligation, which
     runs CrossHair path by path, counts as large)."""
-    machine = getattr(ob, "machine", None)
-    if machine is None or not hasattr(ob, "invariant"):
+    from densegate.proofs.obligation import Obligation
+
+    if not isinstance(ob, Obligation):
         return 100
-    return len(machine.param_sorts) + len(machine.state_sorts)
+    return len(ob.machine.param_sorts) + len(ob.machine.state_sorts)
 
 
 def _tasks(obs: list[Any], levels: dict[int, str]) -> list[Task]:
     """Obligations sharing a machine in one task (they share its proved invariant), each
     model obligation's mutants in another; the likely costliest first."""
+    from densegate.proofs.obligation import Obligation
+
     groups: dict[tuple[str, int], list[Any]] = {}
     for o in obs:
         groups.setdefault((levels[id(o)], id(getattr(o, "machine", None))), []).append(o)
@@ -69,7 +72,7 @@ def _tasks(obs: list[Any], levels: dict[int, str]) -> list[Task]:
     for (level, _), members in groups.items():
         weighed.append((max(map(_size, members)), (level, tuple(o.id for o in members), False)))
         for o in members:
-            if hasattr(o, "invariant") and o.mutants:
+            if isinstance(o, Obligation) and o.mutants:
                 weighed.append((_size(o) * len(o.mutants) // 4, (level, (o.id,), True)))
     return [t for _, t in sorted(weighed, key=lambda wt: -wt[0])]
 

@@ -26,6 +26,7 @@ import z3
 
 from densegate.proofs.obligation import Monitor, Mutant, Obligation, Prop, Step
 from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
+from densegate.proofs.trace_rows import GUARDS, model_trace
 from densegate.spec.machine import Frame, Machine, Vars
 
 __all__ = [
@@ -43,9 +44,6 @@ __all__ = [
     "prove",
     "refute",
 ]
-
-GUARDS = "guards true"
-"""Trace column: the commands enabled at the last pass (0 or 2+ is a P7-style bug)."""
 
 RLIMIT = 150_000_000
 """z3 resource budget per query; exceeding it is reported as ``unknown``."""
@@ -117,17 +115,6 @@ def _check(
     if r == z3.sat:
         return CheckResult(name, "sat", dt, "counterexample to induction found")
     return CheckResult(name, "unknown", dt, why)
-
-
-def _value(model: z3.ModelRef, term: z3.ExprRef) -> Any:
-    v = model.eval(term, model_completion=True)
-    if z3.is_true(v):
-        return True
-    if z3.is_false(v):
-        return False
-    if z3.is_int_value(v):
-        return v.as_long()
-    return str(v)
 
 
 _CONSECUTION: dict[tuple[int, int, tuple[int, ...]], Machine] = {}
@@ -289,42 +276,13 @@ def _bmc(
         s.add(z3.Not(ob.prop(st)))
         r = s.check()
         if r == z3.sat:
-            return "sat", _trace(s.model(), machine, p, frames, nxt, k, ob), ""
+            return "sat", model_trace(s.model(), machine, p, frames, nxt, k, ob), ""
         if r == z3.unknown:
             saw_unknown = s.reason_unknown()
         s.pop()
         s.add(trans)
         frames.append(nxt)
     return ("unknown" if saw_unknown else "unsat"), None, saw_unknown
-
-
-def _trace(
-    model: z3.ModelRef,
-    machine: Machine,
-    p: Vars,
-    frames: list[Frame],
-    last: Frame,
-    k: int,
-    ob: Obligation,
-) -> Trace:
-    rows = []
-    for i in range(k + 1):
-        f = frames[i]
-        nxt = frames[i + 1].state if i < k else last.state
-        row: dict[str, Any] = {"pass": i}
-        row.update({n: _value(model, v) for n, v in f.obs.items()})
-        row.update({n: _value(model, v) for n, v in f.state.items()})
-        final_without_step = i == k and not ob.needs_step
-        for n, v in f.out.items():
-            row[n] = None if final_without_step else _value(model, v)
-        if not final_without_step:
-            row.update({f"next_{n}": _value(model, v) for n, v in nxt.items()})
-        if i == k:
-            cmds = machine.commands(p, f.state, f.obs)
-            row[GUARDS] = [c.name for c in cmds if z3.is_true(model.eval(c.guard, True))]
-        rows.append(row)
-    params = {n: _value(model, v) for n, v in p.items()}
-    return Trace(params, rows, ob.statement, [machine.display_row(r) for r in rows])
 
 
 # -- entry points ---------------------------------------------------------------------

@@ -191,6 +191,11 @@ def test_cli_worker_processes_give_the_same_results(capsys: pytest.CaptureFixtur
             b["triggers"],
             len(b["mutants"]),
         )
+        # the mutants ran in a task of their own and came back to their obligation
+        assert [(m["name"], m["status"]) for m in a["mutants"]] == [
+            (m["name"], m["status"]) for m in b["mutants"]
+        ]
+        assert all(m["trace"] for m in b["mutants"])
 
 
 def test_cli_help_names_every_level(capsys: pytest.CaptureFixture[str]) -> None:
@@ -201,3 +206,19 @@ def test_cli_help_names_every_level(capsys: pytest.CaptureFixture[str]) -> None:
     text = "".join(capsys.readouterr().out.split())  # argparse may wrap at a hyphen
     for level in LEVELS:
         assert level in text, level
+
+
+def test_worker_tasks_cover_every_obligation_and_its_mutants_once() -> None:
+    from densegate.cli.prove import _tasks
+    from densegate.proofs.registry import LEVELS, obligations
+
+    obs = obligations(None)
+    levels = {id(o): lv for lv in LEVELS for o in obligations([lv])}
+    tasks = _tasks(obs, levels)
+    proved = [i for _, ids, only in tasks if not only for i in ids]
+    assert sorted(proved) == sorted(o.id for o in obs)
+    refuted = [ids for _, ids, only in tasks if only]
+    assert all(len(ids) == 1 for ids in refuted)
+    # a model obligation's mutants run on their own; a code obligation's with its proof
+    want = sorted(o.id for o in obs if isinstance(o, prover.Obligation) and o.mutants)
+    assert sorted(ids[0] for ids in refuted) == want

@@ -10,7 +10,10 @@ the value. While a check is explored, ``installed`` routes the builtins through
 Taken as given, as ``Counted`` is: that the chain of ``If(x < m, x, m)`` is the
 least of the values (``tests/test_refinement_branchless.py`` proves it with Z3
 and refutes a wrong chain). Anything but two or more plain or symbolic ints
-(keywords, one iterable, bools, floats) goes to the builtin unchanged.
+(keywords, one iterable, bools, floats) goes to the builtin unchanged. The
+patch goes into CrossHair's own patch table (``core._PATCH_REGISTRATIONS``, an
+internal: its public ``register_patch`` cannot be undone), safe under the exact
+pin of crosshair-tool; an upgrade must recheck it, and the tests would fail.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ admits exactly the slots the spec's plan does, and leaves the spec's block
 counts, ``num_computed`` and free blocks after step 1. Ints are unbounded.
 
 Bounded: ``SLOTS`` requests and block size ``BLOCK_SIZE`` (the spec fixes both
-per machine; the path count grows about tenfold per request: 389 paths for two).
+per machine; 67 paths for two requests, 480 for three, with ``min`` as one term:
+``densegate.proofs.refinement.branchless``).
 Arrivals and aborts (step 0) are not executed: the state is the one after them,
 which the invariant covers too. Taken as given: lists are their lengths
 (``Counted``), since CrossHair walks a list of symbolic length element by element
