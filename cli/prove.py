@@ -30,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="worker processes (default 0: one per CPU; 1: no workers); obligations sharing "
-        "a machine stay in one process so they share its proved invariant",
+        help="worker processes (default 0: one per CPU, at most 8; 1: no workers); "
+        "obligations sharing a machine stay in one process so they share its proved "
+        "invariant, and each model obligation's mutants are a task of their own",
     )
 
 
@@ -77,18 +78,36 @@ def _tasks(obs: list[Any], levels: dict[int, str]) -> list[Task]:
     return [t for _, t in sorted(weighed, key=lambda wt: -wt[0])]
 
 
+MAX_DEFAULT_WORKERS = 8
+"""The default's cap: past a handful, workers only add start-up and memory (the longest
+single task, about 3 s here, bounds the run)."""
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (a container's limit, not the host's count), capped."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_DEFAULT_WORKERS))
+
+
 def _prove_all(obs: list[Any], levels: dict[int, str], jobs: int) -> list[Any]:
     """Every obligation's result, in ``obs`` order; tasks spread over ``jobs`` processes."""
     from densegate.proofs.registry import prove
 
-    workers = jobs if jobs > 0 else (os.cpu_count() or 1)
+    workers = jobs if jobs > 0 else _cpus()
     if workers <= 1 or len(obs) <= 1:
         return [prove(o) for o in obs]
     tasks = _tasks(obs, levels)
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx) as pool:
         futures = [(t, pool.submit(_run, *t)) for t in tasks]
-        done = [(t, f.result()) for t, f in futures]
+        try:
+            done = [(t, f.result()) for t, f in futures]
+        except BaseException:  # a worker's error surfaces now, not after every queued task
+            pool.shutdown(cancel_futures=True)
+            raise
     by_id = {r.id: r for (_, _, only), rs in done if not only for r in rs}
     for (_, ids, only), rs in done:
         if only:

@@ -319,9 +319,9 @@ def _refute(ob: Obligation, m: Mutant) -> MutantResult:
     return MutantResult(m.name, m.description, "unknown", time.perf_counter() - t0, None, reason)
 
 
-def refute(ob: Obligation, name: str) -> MutantResult:
-    """Refute ``ob``'s mutant ``name`` (a trace from the initial state), on its own."""
-    return _refute(ob, next(m for m in ob.mutants if m.name == name))
+def refute(ob: Obligation, m: Mutant) -> MutantResult:
+    """Refute ``ob``'s mutant ``m`` (a trace from the initial state), on its own."""
+    return _refute(ob, m)
 
 
 def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:

@@ -61,4 +61,4 @@ def prove(ob: Obligation | Provable, mutants: bool = True) -> ObligationResult:
 def refute(ob: Obligation | Provable) -> list[MutantResult]:
     """A model obligation's mutants, each refuted on its own (none for a code obligation,
     whose ``prove`` refutes them)."""
-    return [refute_model(ob, m.name) for m in ob.mutants] if isinstance(ob, Obligation) else []
+    return [refute_model(ob, m) for m in ob.mutants] if isinstance(ob, Obligation) else []

@@ -14,6 +14,7 @@ per-slot machine to the ledger, the summary and the window.
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import MappingProxyType
 
 import z3
 
@@ -178,7 +179,7 @@ def _dense(st: Step) -> z3.BoolRef:
     return st.out["reason"] == reason("DENSE")
 
 
-_ARITH = {"smt.arith.solver": 2}
+_ARITH = MappingProxyType({"smt.arith.solver": 2})
 """z3's older simplex-based arithmetic: about a third less time on the per-slot
 machine's queries than its default (on the slot-free machines it is slower, or
 runs out of its resource limit, so they keep the default)."""

@@ -97,3 +97,55 @@ def test_a_false_claim_about_min_is_still_refuted() -> None:
     out = explore(_broken)
     assert out.status == "refuted"
     assert out.witness is not None and out.witness["b"] < out.witness["a"]
+
+
+def _flat(**v: Any) -> None:
+    """No branch but min and max: one path under the patch (three or more without it)."""
+    assert v["a"] == v["a"]
+    m = min(v["a"], v["b"], v["c"]) + max(v["a"], 0)
+    if m != m:  # one feasible side: no fork
+        fail(v, "m != m")
+
+
+_flat.__signature__ = keyword_signature({"a": int, "b": int, "c": int})  # type: ignore[attr-defined]
+
+
+def test_the_patch_is_in_effect_one_path_for_min_and_max() -> None:
+    out = explore(_flat)
+    assert out.status == "proved", out.detail
+    assert out.paths == 1, out.detail  # CrossHair forks on every comparison in the builtin
+
+
+def _mixed(**v: Any) -> None:
+    """A symbolic bool beside an int goes to the builtin, which still gets it right."""
+    assert v["a"] == v["a"]
+    flag, a = v["flag"], v["a"]
+    want = flag if flag <= a else a
+    if min(flag, a) != want or min(a, 0) != (a if a < 0 else 0):
+        fail(v, "min of a bool and an int")
+
+
+_mixed.__signature__ = keyword_signature({"flag": bool, "a": int})  # type: ignore[attr-defined]
+
+
+def test_bools_and_plain_ints_beside_symbolic_ones() -> None:
+    out = explore(_mixed)
+    assert out.status == "proved", out.detail
+
+
+def test_installed_restores_an_earlier_entry_even_after_an_error() -> None:
+    table = branchless.core._PATCH_REGISTRATIONS
+
+    def earlier(*args: Any, **kwargs: Any) -> Any:
+        return None
+
+    table[min] = earlier
+    try:
+        try:
+            with installed():
+                raise RuntimeError("inside the check")
+        except RuntimeError:
+            pass
+        assert table[min] is earlier and max not in table
+    finally:
+        table.pop(min, None)

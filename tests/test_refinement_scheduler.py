@@ -167,3 +167,14 @@ def test_a_path_that_cannot_be_explored_is_unknown_never_proved() -> None:
     out = explore(r3.R3_CHECKS["plan"](_Opaque), max_iterations=30)
     assert out.status == "unknown", out
     assert "not every path explored" in out.detail
+
+
+def test_a_mutant_with_a_focus_is_refuted_there_alone() -> None:
+    """The focus is a search hint the prover tries before every path: the check pinned to
+    it alone must already refute the mutant, and the shipped Scheduler must pass there."""
+    (m,) = [m for m in r3.R3_MUTANTS if m.focus]
+    focus = m.focus["plan"]
+    out = explore(r3.R3_CHECKS["plan"](m.build, focus))
+    assert out.status == "refuted", out.detail
+    assert out.witness is not None and all(out.witness[k] == v for k, v in focus.items())
+    assert explore(r3.R3_CHECKS["plan"](Scheduler, focus)).status == "proved"

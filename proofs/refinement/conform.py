@@ -14,6 +14,9 @@ and is one symbolic question per path; a property is
   sampled kit's own judges, which must flag the same property;
 - ``out of reach``: CrossHair could not explore every path (a call it cannot
   model, a value it had to make concrete, the path cap), with the reason.
+
+As in every symbolic check here (``symbolic.explore``), a ``min`` or ``max`` of
+symbolic ints in the gate is one z3 term, not a branch per comparison.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ class CodeMutant:
     method: str
     old: str
     new: str
-    focus: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    focus: Mapping[str, Mapping[str, object]] = field(default_factory=dict, hash=False)
     """Check name -> a partial state (the rest symbolic) where the prover looks first, when no
     state sampled from the target's proof tells the mutant apart. Speed only: a refutation
     found there is replayed like any other, and without one every path is explored."""

@@ -64,7 +64,8 @@ class RefinementObligation:
     screen: Callable[[type, Mapping[str, Any]], object] | None = None
     """What a class does on one state, run concretely. With it, a mutant is first checked
     (symbolically, by the same check) on the first state sampled from the target's proof
-    where it does otherwise than the target, then, unless refuted there, on every path."""
+    where it does otherwise than the target; then on its ``focus`` (a partial state), if it
+    names one; then, unless refuted there, on every path."""
 
     def _explore(self, check: Callable[..., None]) -> Outcome:
         return explore(check, incremental=self.incremental)
