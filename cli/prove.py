@@ -52,12 +52,13 @@ def _run(level: str, ids: tuple[str, ...], mutants_only: bool) -> list[Any]:
 
 
 def _size(ob: Any) -> int:
-    """A cost guess for ordering tasks: the machine's variables (a code obligation, which
-    runs CrossHair path by path, counts as large)."""
+    """A cost guess, for ordering tasks only: a model obligation's machine variables; a code
+    obligation's inputs, weighed more (CrossHair runs the code once per path, and paths
+    multiply with inputs), plus its mutants, which run with it."""
     from densegate.proofs.obligation import Obligation
 
     if not isinstance(ob, Obligation):
-        return 100
+        return 8 * len(getattr(ob, "params", ())) + 2 * len(ob.mutants)
     return len(ob.machine.param_sorts) + len(ob.machine.state_sorts)
 
 
