@@ -26,7 +26,15 @@ import z3
 from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig, ReducedObservation
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
-from densegate.proofs.refinement.symbolic import admit, agrees, fail, guarded, holds, term
+from densegate.proofs.refinement.symbolic import (
+    admit,
+    agrees,
+    fail,
+    guarded,
+    holds,
+    keyword_signature,
+    term,
+)
 from densegate.spec.dp_gate import DP, reason
 from densegate.spec.machine import evaluate
 
@@ -96,14 +104,14 @@ def _run(cls: type, v: Mapping[str, Any], validated: bool = True) -> tuple[Any, 
     return fresh, decision, gate.state
 
 
-def _values(
-    B: int, K: int, N: int, T: int, S: int, kv: bool, enabled: bool,
-    h: int, q: int, g: int, W: int, F: int, D: int, P: int, C: int, t: int,
-) -> dict[str, Any]:  # fmt: skip
-    return {
-        "B": B, "K": K, "N": N, "T": T, "S": S, "kv": kv, "enabled": enabled,
-        "h": h, "q": q, "g": g, "W": W, "F": F, "D": D, "P": P, "C": C, "t": t,
-    }  # fmt: skip
+_NAMES = (*PARAMS, *STATE, *OBS)
+_SIGNATURE = keyword_signature({n: bool if n in ("kv", "enabled") else int for n in _NAMES})
+"""The checks' arguments, keyword-only (``keyword_signature``: CrossHair shares them across
+paths instead of copying each on every path)."""
+
+
+def _admitted(v: Mapping[str, Any]) -> bool:
+    return admit(_pre, **{k: v[k] for k in _NAMES if k not in ("kv", "enabled", "q", "g")})
 
 
 def _check(cls: type) -> Callable[..., None]:
@@ -111,12 +119,8 @@ def _check(cls: type) -> Callable[..., None]:
     validation the ``inputs`` check covers (running it on every path here would triple
     the cost of each path and prove nothing more)."""
 
-    def check(
-        B: int, K: int, N: int, T: int, S: int, kv: bool, enabled: bool,
-        h: int, q: int, g: int, W: int, F: int, D: int, P: int, C: int, t: int,
-    ) -> None:  # fmt: skip
-        assert admit(_pre, B=B, K=K, N=N, T=T, S=S, h=h, W=W, F=F, D=D, P=P, C=C, t=t)
-        v = _values(B, K, N, T, S, kv, enabled, h, q, g, W, F, D, P, C, t)
+    def check(**v: Any) -> None:
+        assert _admitted(v)
         fresh, dec, nxt = guarded(lambda: _run(cls, v, validated=False), v)
         p = {k: v[k] for k in PARAMS}
         init = DP.init(
@@ -129,6 +133,7 @@ def _check(cls: type) -> Callable[..., None]:
         if not agrees(DP, reason, p, {k: v[k] for k in STATE}, o, dec.fire, dec.reason.name, s2):
             fail(v, "decide differs from the spec")
 
+    check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
     return check
 
 
@@ -136,19 +141,17 @@ def _inputs_check(cls: type) -> Callable[..., None]:
     """The config's and the reduced vector's shipped constructors accept every admitted
     input and keep it as given (so the step check may build them without validating)."""
 
-    def check(
-        B: int, K: int, N: int, T: int, S: int, kv: bool, enabled: bool,
-        h: int, q: int, g: int, W: int, F: int, D: int, P: int, C: int, t: int,
-    ) -> None:  # fmt: skip
-        assert admit(_pre, B=B, K=K, N=N, T=T, S=S, h=h, W=W, F=F, D=D, P=P, C=C, t=t)
-        v = _values(B, K, N, T, S, kv, enabled, h, q, g, W, F, D, P, C, t)
+    def check(**v: Any) -> None:
+        assert _admitted(v)
         config, reduced = guarded(lambda: _inputs(v, validated=True), v)
         kept = [getattr(config, f) for f in _CONFIG_FIELDS] + [config.kv_pressure_valve]
         kept += [getattr(reduced, f) for f in _REDUCED_FIELDS]
-        given = [B, K, enabled, 1, S, kv, N, W, F, D, P, C]
+        given = [v[k] for k in ("B", "K", "enabled")] + [1] + [v[k] for k in ("S", "kv")]
+        given += [v[k] for k in ("N", "W", "F", "D", "P", "C")]
         if not holds(z3.And(*[term(a) == term(b) for a, b in zip(kept, given, strict=True)])):
             fail(v, "a constructor changed an input")
 
+    check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
     return check
 
 

@@ -2,9 +2,11 @@
 
 Each obligation names the shipped class, its entry points (one symbolic check
 each) and its broken variants. It is proved when CrossHair explores every path
-of every check with no disagreement; a mutant is refuted when some check finds
-inputs on which it disagrees with the spec *and* those inputs, replayed
-concretely on the mutant and on the spec's own evaluator, really disagree.
+of every check with no disagreement; a mutant is refuted when inputs the check
+admits, replayed concretely on the mutant and on the spec's own evaluator,
+really disagree. The inputs come from a symbolic search of the mutant, or
+(R3) from the states the target's own proof reached, screened for one where the
+mutant does otherwise than the target.
 """
 
 from __future__ import annotations
@@ -62,10 +64,10 @@ class RefinementObligation:
     incremental: bool = False
     """Whether CrossHair's queries go to an incremental z3 solver (``explore``)."""
     screen: Callable[[type, Mapping[str, Any]], object] | None = None
-    """What a class does on one state, run concretely. With it, a mutant is first checked
-    (symbolically, by the same check) on the first state sampled from the target's proof
-    where it does otherwise than the target; then on its ``focus`` (a partial state), if it
-    names one; then, unless refuted there, on every path."""
+    """What a class does on one state, run concretely. With it, a mutant is first replayed
+    against the spec on the first state sampled from the target's proof where it does
+    otherwise than the target; then checked symbolically on its ``focus`` (a partial state),
+    if it names one; then, unless refuted there, on every path."""
 
     def _explore(self, check: Callable[..., None]) -> Outcome:
         return explore(check, incremental=self.incremental)
@@ -106,8 +108,11 @@ class RefinementObligation:
         for via, build in self.checks.items():
             at = self._suspect(m.build, samples.get(via, ()))
             trace = None
-            if at is not None:  # first on a state where it plans otherwise than the target
-                trace = self._refuting(m, via, self._explore(build(m.build, at)))
+            if at is not None:
+                # a state a path of the proof reached (so the check admits it) where the mutant
+                # does otherwise than the target: replayed against the spec, no search needed
+                seen = self.replay(m.build, via, at)
+                trace = self._trace(via, at, seen, self.statement) if seen.disagrees else None
             if trace is None and via in m.focus:  # then where its author expects it to differ
                 trace = self._refuting(m, via, self._explore(build(m.build, m.focus[via])))
             out = None
