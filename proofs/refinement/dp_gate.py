@@ -33,6 +33,7 @@ from densegate.proofs.refinement.symbolic import (
     guarded,
     holds,
     keyword_signature,
+    sample,
     term,
 )
 from densegate.spec.dp_gate import DP, reason
@@ -132,6 +133,7 @@ def _check(cls: type) -> Callable[..., None]:
         o = {k: v[k] for k in OBS}
         if not agrees(DP, reason, p, {k: v[k] for k in STATE}, o, dec.fire, dec.reason.name, s2):
             fail(v, "decide differs from the spec")
+        sample(v)  # a state this path reached: mutants are replayed on it first
 
     check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
     return check

@@ -19,7 +19,15 @@ import z3
 
 from densegate.impl.gate import GateConfig, GateInput, PrefillGate
 from densegate.proofs.refinement.mutate import CodeMutant
-from densegate.proofs.refinement.symbolic import admit, agrees, fail, guarded, holds, term
+from densegate.proofs.refinement.symbolic import (
+    admit,
+    agrees,
+    fail,
+    guarded,
+    holds,
+    sample,
+    term,
+)
 from densegate.spec.gate import GATE, reason
 from densegate.spec.machine import evaluate
 
@@ -54,6 +62,7 @@ def _check(cls: type, via: str) -> Callable[..., None]:
             GATE, reason, p, {"h": h}, {"w": w, "d": d}, dec.fire, dec.reason.name, {"h": h2}
         ):
             fail(v, f"{via} differs from the spec")
+        sample(v)  # a state this path reached: mutants are replayed on it first
 
     return check
 

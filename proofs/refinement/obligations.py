@@ -64,19 +64,29 @@ class RefinementObligation:
     incremental: bool = False
     """Whether CrossHair's queries go to an incremental z3 solver (``explore``)."""
     screen: Callable[[type, Mapping[str, Any]], object] | None = None
-    """What a class does on one state, run concretely. With it, a mutant is first replayed
-    against the spec on the first state sampled from the target's proof where it does
-    otherwise than the target; then checked symbolically on its ``focus`` (a partial state),
-    if it names one; then, unless refuted there, on every path."""
+    """What a class does on one state, run concretely (None: the replay against the spec
+    decides). A mutant is first replayed against the spec on the first state sampled from
+    the target's proof where it does otherwise than the target; then checked symbolically
+    on its ``focus`` (a partial state), if it names one; then, unless refuted there, on
+    every path."""
 
     def _explore(self, check: Callable[..., None]) -> Outcome:
         return explore(check, incremental=self.incremental)
 
-    def _suspect(self, cls: type, samples: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-        """The first sampled state on which ``cls`` does otherwise than the target, if any."""
-        if self.screen is None:
-            return None
+    def _suspect(
+        self, cls: type, via: str, samples: Sequence[Mapping[str, Any]]
+    ) -> Mapping[str, Any] | None:
+        """The first sampled state on which ``cls`` does otherwise than the target, if any
+        (without ``screen``: on which its replay disagrees with the spec, as the target's
+        does not on any state its proof reached)."""
         for w in samples:
+            if self.screen is None:
+                try:
+                    if self.replay(cls, via, w).disagrees:
+                        return w
+                except Exception:
+                    return w
+                continue
             try:
                 want = self.screen(self.target, w)
             except Exception:
@@ -106,7 +116,7 @@ class RefinementObligation:
         t0 = time.perf_counter()
         reasons = []
         for via, build in self.checks.items():
-            at = self._suspect(m.build, samples.get(via, ()))
+            at = self._suspect(m.build, via, samples.get(via, ()))
             trace = None
             if at is not None:
                 # a state a path of the proof reached (so the check admits it) where the mutant
