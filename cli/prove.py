@@ -7,6 +7,7 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import sys
 import time
 from typing import Any
 
@@ -101,7 +102,10 @@ def _prove_all(obs: list[Any], levels: dict[int, str], jobs: int) -> list[Any]:
     if workers <= 1 or len(obs) <= 1:
         return [prove(o) for o in obs]
     tasks = _tasks(obs, levels)
-    ctx = multiprocessing.get_context("spawn")
+    # fork where it is safe and native (Linux): a worker starts with the modules the parent
+    # already imported (about half a second less here); the pool forks every worker before
+    # it starts its own thread. Elsewhere each worker starts afresh.
+    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(tasks)), mp_context=ctx) as pool:
         futures = [(t, pool.submit(_run, *t)) for t in tasks]
         try:
