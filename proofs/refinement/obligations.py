@@ -34,8 +34,8 @@ from densegate.spec.properties import statement
 __all__ = ["REFINEMENT_OBLIGATIONS", "SCHEDULER_REFINEMENT_OBLIGATIONS", "RefinementObligation"]
 
 Builder = Callable[..., Callable[..., None]]
-"""A check of a class: ``build(cls)``; a check that samples its paths also takes
-``build(cls, at)``, the check on the inputs ``at`` alone."""
+"""A check of a class: ``build(cls)``; a check whose mutants may name a ``focus`` also
+takes ``build(cls, at)``, the check on inputs that agree with the partial state ``at``."""
 Replayer = Callable[[type, str, Mapping[str, Any]], Replay]
 
 _CHECK_STATUS = {"proved": "unsat", "refuted": "sat", "unknown": "unknown"}
@@ -74,29 +74,39 @@ class RefinementObligation:
         return explore(check, incremental=self.incremental)
 
     def _suspect(
-        self, cls: type, via: str, samples: Sequence[Mapping[str, Any]]
-    ) -> Mapping[str, Any] | None:
-        """The first sampled state on which ``cls`` does otherwise than the target, if any
-        (without ``screen``: on which its replay disagrees with the spec, as the target's
-        does not on any state its proof reached)."""
-        for w in samples:
-            if self.screen is None:
+        self, cls: type, via: str, samples: Sequence[tuple[Mapping[str, Any], object]]
+    ) -> tuple[Mapping[str, Any], Replay] | None:
+        """The first sampled state on which ``cls``, replayed, disagrees with the spec, with
+        that replay. ``samples`` pairs each state with what the target does there (its
+        ``screen``): with a screen, only a state where ``cls`` does otherwise is replayed;
+        without one (None), every state is."""
+        for w, want in samples:
+            if self.screen is not None:
                 try:
-                    if self.replay(cls, via, w).disagrees:
-                        return w
+                    if self.screen(cls, w) == want:
+                        continue
                 except Exception:
-                    return w
-                continue
+                    pass  # the mutant raised where the target did not: replay says how
             try:
-                want = self.screen(self.target, w)
+                seen = self.replay(cls, via, w)
             except Exception:
-                continue
-            try:
-                if self.screen(cls, w) != want:
-                    return w
-            except Exception:
-                return w
+                continue  # not a state the spec's evaluator can judge: no evidence
+            if seen.disagrees:
+                return w, seen
         return None
+
+    def _screened(self, states: Sequence[Mapping[str, Any]]) -> list[tuple[Any, object]]:
+        """The sampled states with what the target does on each (once, for every mutant);
+        a state the target cannot run concretely is dropped."""
+        if self.screen is None:
+            return [(w, None) for w in states]
+        out = []
+        for w in states:
+            try:
+                out.append((w, self.screen(self.target, w)))
+            except Exception:
+                continue
+        return out
 
     def _trace(self, via: str, witness: Mapping[str, Any], seen: Replay, why: str) -> Trace:
         params = {k: witness[k] for k in self.params}
@@ -112,17 +122,16 @@ class RefinementObligation:
         seen = self.replay(m.build, via, out.witness)
         return self._trace(via, out.witness, seen, self.statement) if seen.disagrees else None
 
-    def _refute(self, m: CodeMutant, samples: Mapping[str, Sequence[Any]]) -> MutantResult:
+    def _refute(
+        self, m: CodeMutant, samples: Mapping[str, Sequence[tuple[Mapping[str, Any], object]]]
+    ) -> MutantResult:
         t0 = time.perf_counter()
         reasons = []
         for via, build in self.checks.items():
-            at = self._suspect(m.build, via, samples.get(via, ()))
-            trace = None
-            if at is not None:
-                # a state a path of the proof reached (so the check admits it) where the mutant
-                # does otherwise than the target: replayed against the spec, no search needed
-                seen = self.replay(m.build, via, at)
-                trace = self._trace(via, at, seen, self.statement) if seen.disagrees else None
+            # a state a path of the proof reached (so the check admits it) on which the
+            # mutant, replayed, disagrees with the spec: no search needed
+            hit = self._suspect(m.build, via, samples.get(via, ()))
+            trace = self._trace(via, hit[0], hit[1], self.statement) if hit else None
             if trace is None and via in m.focus:  # then where its author expects it to differ
                 trace = self._refuting(m, via, self._explore(build(m.build, m.focus[via])))
             out = None
@@ -148,10 +157,10 @@ class RefinementObligation:
         t0 = time.perf_counter()
         checks: list[CheckResult] = []
         trace = None
-        samples: dict[str, Sequence[Any]] = {}
+        samples: dict[str, list[tuple[Any, object]]] = {}
         for via, build in self.checks.items():
             out = self._explore(build(self.target))
-            samples[via] = out.samples
+            samples[via] = self._screened(out.samples)
             status = _CHECK_STATUS[out.status]
             checks.append(CheckResult(f"{via}: every path", status, out.seconds, out.detail))
             if out.status == "refuted" and out.witness is not None and trace is None:

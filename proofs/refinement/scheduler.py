@@ -302,8 +302,7 @@ def _signature(slots: int) -> inspect.Signature:
 
 def _check(cls: type, at: Mapping[str, Any] | None = None) -> Callable[..., None]:
     """One pass planned by ``cls`` (the shipped Scheduler or a mutant) against the spec;
-    ``at``: only on inputs that agree with it (a mutant tried first on a state where it
-    plans otherwise, or on its ``focus``, a partial state)."""
+    ``at``: only on inputs that agree with it (a mutant's ``focus``, a partial state)."""
 
     def check(**v: Any) -> None:
         assert _admitted(v)
