@@ -186,8 +186,7 @@ runs out of its resource limit, so they keep the default)."""
 
 
 def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ignore[no-untyped-def]
-    # the per-slot obligations share one invariant, so its consecution (the
-    # costly query) is proved once per run.
+    # the per-slot machine's settings: its invariant, readable traces, scope, z3 options
     return Obligation(
         id=id,
         level="scheduler",
