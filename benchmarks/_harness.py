@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from densegate.impl.baselines.policies import GatePolicy
+from densegate.lab.baselines.policies import GatePolicy
 from densegate.impl.gate import GateConfig, PrefillGate
 from densegate.impl.sched.batch import NullRunner, ScheduledBatch
 from densegate.impl.sched.request import Request

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from densegate.cli.options import add_arguments, engine_config
-from densegate.impl.cost import (
+from densegate.lab.cost import (
     PassTimeline,
     Profile,
     TimedRunner,
@@ -32,7 +32,7 @@ from densegate.impl.cost import (
     measured_figures,
     modeled_figures,
 )
-from densegate.impl.cost.measure import profile_torch
+from densegate.lab.cost.measure import profile_torch
 from densegate.impl.engine import Engine
 from densegate.impl.figures import fmt
 from densegate.impl.traces.replay import run_trace

@@ -37,7 +37,7 @@ from _harness import (
     replay,
 )
 
-from densegate.impl.baselines.policies import LegacyPolicy
+from densegate.lab.baselines.policies import LegacyPolicy
 from densegate.impl.sched.scheduler import SchedulerConfig
 from densegate.impl.traces.workload import synthetic_trace
 

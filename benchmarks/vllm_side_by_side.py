@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vLLM's real scheduler, side by side: plain, with vLLM's own prefill cadence, and gated.
 
-Replays the bench workloads (``densegate.impl.bench.workloads``) and ``sched-cost``
+Replays the bench workloads (``densegate.lab.bench.workloads``) and ``sched-cost``
 (the ~2,000-request trace of ``benchmarks/scheduler_cost.py`` with its limits)
 through vLLM 0.32's ``Scheduler`` on CPU with no model (synthetic outputs, one
 token per finished prefill or decode; the harness in ``tests/vllm/harness.py``):
@@ -43,7 +43,7 @@ for _name in ("torchvision", "torchaudio", "torchcodec"):
 
 from scheduler_cost import TRACE_CONFIG, TRACE_OUTPUT_SIGMA, TRACE_RATE  # noqa: E402
 
-from densegate.impl.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS  # noqa: E402
+from densegate.lab.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS  # noqa: E402
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace  # noqa: E402
 from tests.vllm.harness import Cadence, Limits, Replay, build, replay  # noqa: E402

@@ -21,7 +21,7 @@ def _names(values: list[str] | None, known: list[str]) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from densegate.impl.bench import BENCH_POLICIES, BENCH_STALL_PASSES, WORKLOADS
+    from densegate.lab.bench import BENCH_POLICIES, BENCH_STALL_PASSES, WORKLOADS
 
     p.add_argument(
         "--workloads",
@@ -97,15 +97,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from densegate.impl.bench import (
+    from densegate.lab.bench import (
         BENCH_POLICIES,
         WORKLOADS,
         format_tables,
         run_bench,
         write_plots,
     )
-    from densegate.impl.bench.time_tables import format_cost_tables, format_time_tables
-    from densegate.impl.cost.profile import Profile
+    from densegate.lab.bench.time_tables import format_cost_tables, format_time_tables
+    from densegate.lab.cost.profile import Profile
 
     profile = None
     if args.cost:
@@ -175,9 +175,9 @@ def _dp_cost(
 ) -> int:
     """``bench --cost P --dp N``: each workload through N in-process ranks, modeled."""
 
-    from densegate.impl.bench import WORKLOADS, bench_config
-    from densegate.impl.bench.dp_runs import dp_trace, run_dp_phases
-    from densegate.impl.bench.time_tables import format_dp_cost_tables
+    from densegate.lab.bench import WORKLOADS, bench_config
+    from densegate.lab.bench.dp_runs import dp_trace, run_dp_phases
+    from densegate.lab.bench.time_tables import format_dp_cost_tables
 
     base = bench_config()
     runs = {}

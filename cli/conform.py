@@ -93,7 +93,7 @@ def _table(reports: list[ConformanceReport]) -> str:
 
 def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
     """``--prove``: one symbolic verdict per property (proved, refuted with a run, out of reach)."""
-    from densegate.impl.baselines.policies import POLICIES
+    from densegate.lab.baselines.policies import POLICIES
     from densegate.proofs.refinement.conform import DEFAULT_PASSES, prove_conforms
 
     if args.max_examples is not None or args.seed is not None:
@@ -128,7 +128,7 @@ def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from densegate.impl.baselines.policies import POLICIES
+    from densegate.lab.baselines.policies import POLICIES
     from densegate.testing.conformance import (
         DEFAULT_MAX_EXAMPLES,
         check_gate,

@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from densegate.impl.cost.measure import GRIDS, model_config_from_dir, profile_torch
+    from densegate.lab.cost.measure import GRIDS, model_config_from_dir, profile_torch
 
     try:
         cfg = model_config_from_dir(args.model) if args.model else None
@@ -65,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     print("\n".join(prof.describe()))
     print("\n| pass kind | passes timed | median abs error | max abs error | coefficients (ms) |")
     print("|---|---:|---:|---:|---|")
-    from densegate.impl.cost.model import FEATURES
+    from densegate.lab.cost.model import FEATURES
 
     model = prof.model
     for kind, err in prof.fit_error.items():

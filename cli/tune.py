@@ -1,6 +1,6 @@
 """``densegate tune``: propose ``dense_tokens`` and ``max_hold_passes`` for a workload.
 
-The choice is ``densegate.impl.cost.tune``'s; this module replays each
+The choice is ``densegate.lab.cost.tune``'s; this module replays each
 candidate with the benchmark's own replay (``run_policy``, null runner, priced
 by the profile) and prints one table per workload.
 """
@@ -34,7 +34,7 @@ def _ints(values: list[str] | None, flag: str) -> list[int] | None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from densegate.impl.bench import WORKLOADS
+    from densegate.lab.bench import WORKLOADS
 
     p.add_argument(
         "--cost",
@@ -69,9 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def bench_replay(workload: str, seed: int, requests: int | None, model: Any) -> Any:
     """A ``Replay`` over one bench workload: the bench's config and ``run_policy``."""
-    from densegate.impl.bench import BENCH_POLICIES, WORKLOADS, bench_config, run_policy
-    from densegate.impl.bench.runs import TIME_BASELINE
-    from densegate.impl.cost.tune import Candidate, Replayed
+    from densegate.lab.bench import BENCH_POLICIES, WORKLOADS, bench_config, run_policy
+    from densegate.lab.bench.runs import TIME_BASELINE
+    from densegate.lab.cost.tune import Candidate, Replayed
 
     base = bench_config()
     trace = WORKLOADS[workload].trace(seed, requests)
@@ -166,9 +166,9 @@ def _preamble(profile: Sequence[str], target: Any, base: Any) -> list[str]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from densegate.impl.bench import WORKLOADS, bench_config
-    from densegate.impl.cost.profile import Profile
-    from densegate.impl.cost.tune import Target, check_workloads, default_grid, grid, tune
+    from densegate.lab.bench import WORKLOADS, bench_config
+    from densegate.lab.cost.profile import Profile
+    from densegate.lab.cost.tune import Target, check_workloads, default_grid, grid, tune
 
     def fail(msg: str) -> int:
         print(f"densegate tune: {msg}", file=sys.stderr)

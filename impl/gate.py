@@ -183,7 +183,7 @@ class PrefillGate:
 class GatePolicy(Protocol):
     """What a scheduler needs from a prefill-admission policy, once per pass.
 
-    ``PrefillGate`` is the proved one; ``densegate.impl.baselines`` holds others
+    ``PrefillGate`` is the proved one; ``densegate.lab.baselines`` holds others
     to compare against, and an engine may bring its own (the conformance kit
     checks it against the spec).
     """

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from tests.profiles import PROFILE
+from tests.support.profiles import PROFILE
 
 # The "explain" phase re-runs a failing stateful case hundreds of times to
 # annotate it; the shrunk steps it would annotate are printed anyway.

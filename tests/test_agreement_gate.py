@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.gate_lockstep import GateLockstep
+from tests.support.gate_lockstep import GateLockstep
 
 MIN_PASSES = 5_000
 

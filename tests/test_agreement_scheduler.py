@@ -1,6 +1,6 @@
 """The real Scheduler agrees with the spec's scheduler machine on every pass.
 
-The run is split by regime (``tests.scheduler_lockstep.setups``) so a CI run
+The run is split by regime (``tests.support.scheduler_lockstep.setups``) so a CI run
 drives mostly non-idle passes and hits each edge often: the targets below are
 minimums per CI run, deterministic under the derandomized ``ci`` profile, and
 the test prints the counts it reached.
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from tests.profiles import examples
-from tests.scheduler_lockstep import SchedulerLockstep, lockstep_in
+from tests.support.profiles import examples
+from tests.support.scheduler_lockstep import SchedulerLockstep, lockstep_in
 
 # Examples per regime: "hold" brings the HOLD and BUDGET passes, "tight" the
 # preemptions, "any" every parameter drawn freely.

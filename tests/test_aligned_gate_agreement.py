@@ -16,7 +16,7 @@ from densegate.impl.dp_gate import (
     ReducedObservation,
 )
 from densegate.impl.gate import GateConfig, GateInput, PrefillGate, Reason
-from tests.dp_lockstep import AlignedLockstep
+from tests.support.dp_lockstep import AlignedLockstep
 
 MIN_TICKS = 4_000
 

@@ -13,8 +13,8 @@ from hypothesis import Phase, settings
 from hypothesis.errors import Flaky
 
 import densegate.impl.dp_gate as aligned_module
-from tests.dp_lockstep import AlignedLockstep
-from tests.mutation import (
+from tests.support.dp_lockstep import AlignedLockstep
+from tests.support.mutation import (
     assert_lockstep_catches,
     assert_lockstep_passes,
     identity_module,

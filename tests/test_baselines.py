@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from densegate.impl import Engine, EngineConfig, GateConfig, PrefillGate
-from densegate.impl.baselines.policies import LegacyPolicy
-from densegate.impl.baselines.prefill_first import PrefillFirstScheduler
+from densegate.lab.baselines.policies import LegacyPolicy
+from densegate.lab.baselines.prefill_first import PrefillFirstScheduler
 
 
 def _cfg(**kw: object) -> EngineConfig:

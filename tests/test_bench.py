@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from densegate.cli.main import main as cli_main
-from densegate.impl.bench import (
+from densegate.lab.bench import (
     BENCH_POLICIES,
     ROWS,
     WORKLOADS,

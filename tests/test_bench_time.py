@@ -11,9 +11,9 @@ import json
 import pytest
 
 from densegate.cli.main import main as cli_main
-from densegate.impl.bench import WORKLOADS, bench_config, run_bench
-from densegate.impl.bench.dp_runs import DP_PHASES, dp_trace, run_dp_phases
-from densegate.impl.cost import LinearPassModel, PassWork, roofline_profile
+from densegate.lab.bench import WORKLOADS, bench_config, run_bench
+from densegate.lab.bench.dp_runs import DP_PHASES, dp_trace, run_dp_phases
+from densegate.lab.cost import LinearPassModel, PassWork, roofline_profile
 
 UNIT = LinearPassModel({k: (1.0, 0, 0, 0, 0, 0) for k in ("prefill", "mixed", "decode_eager")})
 """Every pass 1 ms: modeled seconds count passes that ran."""

@@ -1,6 +1,6 @@
 """The loader's contract: what it reads, how (no waste), and what it refuses, by name.
 
-Checkpoints are written by transformers (``tests/hf_llama.py``) and then edited:
+Checkpoints are written by transformers (``tests/support/hf_llama.py``) and then edited:
 each refused feature is planted in an otherwise good checkpoint, and the error
 must name the field or tensor.
 """
@@ -24,7 +24,7 @@ import densegate.impl.runners.model as model_module
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.runners.checkpoint import load_model
 from densegate.impl.runners.hf_config import CheckpointError, read_config
-from tests.hf_llama import LLAMA3, make_checkpoint
+from tests.support.hf_llama import LLAMA3, make_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

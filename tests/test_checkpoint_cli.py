@@ -18,7 +18,7 @@ from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from densegate.cli.main import main
-from tests.hf_llama import hf_float64, hf_greedy, make_checkpoint
+from tests.support.hf_llama import hf_float64, hf_greedy, make_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -6,7 +6,7 @@ and 1e-6, and both config dialects (transformers 5.x ``rope_parameters`` and
 4.x top-level ``rope_theta``/``rope_scaling``).
 
 Tolerance: float64 logits within 1e-10 of transformers' (patched to float64 in
-its two float32 steps, see ``tests/hf_llama.py``; observed ~1e-14: summation
+its two float32 steps, see ``tests/support/hf_llama.py``; observed ~1e-14: summation
 order only). Greedy tokens must be identical to ``generate(do_sample=False)``,
 through the real ``Engine`` with chunked prefill, preemption by recompute and
 several requests at once, gate on and off. The last test shows the check can
@@ -28,7 +28,7 @@ from densegate.impl.gate import Reason
 from densegate.impl.runners.checkpoint import load_model
 from densegate.impl.runners.model import DecoderModel, reference_generate
 from densegate.impl.runners.rope import inv_freq
-from tests.hf_llama import (
+from tests.support.hf_llama import (
     LLAMA3,
     hf_float64,
     hf_greedy,

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 from densegate.cli import main as cli
-from densegate.impl.baselines.policies import LegacyPolicy, OriginalPolicy, RawCounts
+from densegate.lab.baselines.policies import LegacyPolicy, OriginalPolicy, RawCounts
 from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
 from densegate.testing import (
     PROPERTIES,

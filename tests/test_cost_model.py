@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from densegate.impl.cost import (
+from densegate.lab.cost import (
     FEATURES,
     LinearPassModel,
     PassTimeline,
@@ -29,7 +29,7 @@ from densegate.impl.cost import (
 from densegate.impl.engine import Engine
 from densegate.impl.sched.batch import ScheduledBatch, SeqChunk
 from densegate.impl.traces.replay import run_trace
-from tests.dp_small import ENGINE, small_trace
+from tests.support.dp_small import ENGINE, small_trace
 
 TRUE = {
     "prefill": (1.0, 0.01, 0.2, 1e-5, 0.0, 0.0),
@@ -182,8 +182,8 @@ def test_dp_modeled_tick_is_max_over_ranks() -> None:
 
 
 def test_rounds_alternate_and_pool_with_ratio_to_baseline() -> None:
-    from densegate.impl.cost.compare import compare_rounds, round_name, round_order, split_round
-    from densegate.impl.cost.timeline import TimeFigures
+    from densegate.lab.cost.compare import compare_rounds, round_name, round_order, split_round
+    from densegate.lab.cost.timeline import TimeFigures
 
     order = [round_name(n, k) for k, n in round_order(["a", "b", "off"], 2)]
     assert order == ["a", "b", "off", "off@2", "b@2", "a@2"]

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from densegate.cli.main import main as cli_main
-from densegate.impl.cost import PassWork, Profile, kind_of
-from densegate.impl.cost.measure import (
+from densegate.lab.cost import PassWork, Profile, kind_of
+from densegate.lab.cost.measure import (
     PROFILE_LAYOUT,
     GridPoint,
     _batch,

@@ -22,8 +22,8 @@ from densegate.impl.dp.config import DPConfig, Fault
 from densegate.impl.dp.inject import CRASH_EXIT_CODE, random_schedule
 from densegate.impl.dp.launch import launch
 from densegate.impl.dp.readmission import StreamView
-from tests.dp_small import ENGINE, small_trace
-from tests.profiles import NIGHTLY, examples
+from tests.support.dp_small import ENGINE, small_trace
+from tests.support.profiles import NIGHTLY, examples
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed gloo"

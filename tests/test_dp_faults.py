@@ -1,6 +1,6 @@
 """A rank dies, hangs or is slow: its requests finish on the survivors, which stay aligned.
 
-Ranks are threads (tests/dp_threads.py) running the same agreement the torch
+Ranks are threads (tests/support/dp_threads.py) running the same agreement the torch
 collective runs; real processes are in test_dp_fault_injection.
 """
 
@@ -20,8 +20,8 @@ from densegate.impl.dp.report import RankReport
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.traces.replay import run_trace
 from densegate.impl.traces.workload import synthetic_trace
-from tests.dp_small import ENGINE, small_trace
-from tests.dp_threads import GroupRun, ThreadCollective, run_group
+from tests.support.dp_small import ENGINE, small_trace
+from tests.support.dp_threads import GroupRun, ThreadCollective, run_group
 
 
 def coordinated(run: GroupRun) -> dict[int, RankReport]:

@@ -24,7 +24,7 @@ from densegate.impl.dp.readmission import StreamView
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.traces.replay import run_trace
 from densegate.impl.traces.workload import synthetic_trace
-from tests.dp_small import ENGINE, small_trace
+from tests.support.dp_small import ENGINE, small_trace
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed gloo"

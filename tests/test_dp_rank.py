@@ -1,4 +1,4 @@
-"""The DP rank loop with N ranks as threads (tests/dp_threads.py): agreement, accounting.
+"""The DP rank loop with N ranks as threads (tests/support/dp_threads.py): agreement, accounting.
 
 Faults and re-admission are in test_dp_faults; real gloo processes in
 test_dp_processes and test_dp_fault_injection.
@@ -22,8 +22,8 @@ from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Reason
 from densegate.impl.traces.replay import run_trace, summarize
 from densegate.impl.traces.workload import synthetic_trace
-from tests.dp_small import ENGINE, small_trace
-from tests.dp_threads import ThreadGroup, run_group
+from tests.support.dp_small import ENGINE, small_trace
+from tests.support.dp_threads import ThreadGroup, run_group
 
 
 def phase(results: dict[int, list[RankReport]], name: str) -> dict[int, RankReport]:

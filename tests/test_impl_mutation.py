@@ -13,8 +13,8 @@ from hypothesis import settings
 from hypothesis.errors import Flaky
 
 import densegate.impl.gate as gate_module
-from tests.gate_lockstep import GateLockstep
-from tests.mutation import (
+from tests.support.gate_lockstep import GateLockstep
+from tests.support.mutation import (
     assert_lockstep_catches,
     assert_lockstep_passes,
     identity_module,

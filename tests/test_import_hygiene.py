@@ -99,7 +99,7 @@ def test_importing_impl_loads_no_z3_and_no_spec() -> None:
     code = (
         "import sys, densegate.impl, densegate.impl.sched.batch, densegate.impl.gate\n"
         "bad = sorted(m for m in sys.modules if m == 'z3' or m.startswith(('z3.', 'densegate.spec',"
-        " 'densegate.proofs', 'densegate.impl.baselines', 'densegate.impl.bench')))\n"
+        " 'densegate.proofs', 'densegate.lab.baselines', 'densegate.lab.bench')))\n"
         "print(bad); sys.exit(1 if bad else 0)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

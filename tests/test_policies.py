@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from densegate.impl.baselines.policies import (
+from densegate.lab.baselines.policies import (
     POLICIES,
     DenseGatePolicy,
     GatePolicy,

@@ -16,7 +16,7 @@ from densegate.proofs.scheduler_obligations import (
 )
 from densegate.spec.machine import Machine, evaluate
 from densegate.spec.scheduler import SchedulerMachine
-from tests.scheduler_lockstep import replay
+from tests.support.scheduler_lockstep import replay
 
 
 @pytest.fixture(scope="module")

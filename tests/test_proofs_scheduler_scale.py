@@ -21,7 +21,7 @@ from densegate.proofs.scheduler_obligations import (
     invariant_of,
 )
 from densegate.spec.scheduler import SchedulerMachine
-from tests.profiles import NIGHTLY
+from tests.support.profiles import NIGHTLY
 
 PER_SLOT = ("S8",)
 

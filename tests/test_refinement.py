@@ -121,7 +121,7 @@ def test_a_path_that_cannot_be_explored_is_unknown_never_proved() -> None:
 
 @pytest.fixture(scope="module")
 def proved() -> dict[str, Any]:
-    from densegate.impl.baselines.policies import POLICIES
+    from densegate.lab.baselines.policies import POLICIES
     from densegate.proofs.refinement.conform import prove_conforms
 
     return {n: prove_conforms(POLICIES[n], passes=1, name=n) for n in POLICIES}
@@ -139,7 +139,7 @@ def test_prove_conforms_densegate_proved(proved: dict[str, Any]) -> None:
 def test_prove_conforms_refutes_with_runs_the_sampled_kit_confirms(
     proved: dict[str, Any], policy: str, refuted: set[str]
 ) -> None:
-    from densegate.impl.baselines.policies import POLICIES
+    from densegate.lab.baselines.policies import POLICIES
     from densegate.testing.driver import Driver
 
     r = proved[policy]

@@ -23,7 +23,7 @@ from densegate.impl.runners.torch_runner import (
     TorchRunner,
 )
 from densegate.impl.sched.batch import KVLayout, ScheduledBatch, SeqChunk
-from tests.runner_harness import (
+from tests.support.runner_harness import (
     LAYOUT,
     Blocks,
     decode,

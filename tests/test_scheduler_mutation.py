@@ -1,6 +1,6 @@
 """Bugs injected into the real Scheduler make the scheduler lockstep fail.
 
-Each mutant edits one spot of ``impl/scheduler.py``'s source; the lockstep
+Each mutant edits one spot of ``impl/sched/scheduler.py``'s source; the lockstep
 against the spec machine must catch it (with a shrunk, replayable run).
 """
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import settings
 
 import densegate.impl.sched.scheduler as sched_module
-from tests.mutation import assert_lockstep_catches, assert_lockstep_passes, text_mutant
-from tests.scheduler_lockstep import SchedulerLockstep
+from tests.support.mutation import assert_lockstep_catches, assert_lockstep_passes, text_mutant
+from tests.support.scheduler_lockstep import SchedulerLockstep
 
 # (name, original text, replacement): each a plausible scheduler bug.
 _BREAK = "if need > free:\n                    break"

@@ -20,9 +20,9 @@ from densegate.proofs.registry import obligations
 from densegate.proofs.stall_gate_mutants import STALL_GATE_MUTANTS
 from densegate.proofs.stall_gate_obligations import STALL_GATE_OBLIGATIONS
 from densegate.spec.machine import evaluate
-from tests.gate_lockstep import StallGateLockstep
-from tests.mutation import assert_lockstep_catches, mutant_module, text_mutant
-from tests.profiles import examples
+from tests.support.gate_lockstep import StallGateLockstep
+from tests.support.mutation import assert_lockstep_catches, mutant_module, text_mutant
+from tests.support.profiles import examples
 
 MIN_PASSES = 3_000
 RUNS = settings(max_examples=examples(ci=30, nightly=1_000), stateful_step_count=20)
@@ -126,7 +126,7 @@ def test_refuting_traces_are_runs_of_the_mutant(results: dict) -> None:  # type:
 
 
 def test_bench_valve_column_alone_has_the_valve() -> None:
-    from densegate.impl.bench import BENCH_POLICIES, WORKLOADS, bench_config, run_policy
+    from densegate.lab.bench import BENCH_POLICIES, WORKLOADS, bench_config, run_policy
 
     base = dataclasses.replace(bench_config(), stall_passes=2)
     cfgs = {name: p.config(base) for name, p in BENCH_POLICIES.items()}

@@ -21,7 +21,7 @@ from densegate.impl.runners.torch_runner import (
     decode_groups,
 )
 from densegate.impl.sched.batch import KVLayout, Runner, SeqChunk
-from tests.runner_harness import (
+from tests.support.runner_harness import (
     Blocks,
     Seq,
     decode,

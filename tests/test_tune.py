@@ -14,9 +14,9 @@ import pytest
 
 from densegate.cli.main import main as cli_main
 from densegate.cli.tune import bench_replay
-from densegate.impl.bench import bench_config
-from densegate.impl.cost import roofline_profile
-from densegate.impl.cost.tune import (
+from densegate.lab.bench import bench_config
+from densegate.lab.cost import roofline_profile
+from densegate.lab.cost.tune import (
     Candidate,
     Replayed,
     Row,

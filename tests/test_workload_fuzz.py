@@ -11,7 +11,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from densegate.impl import Engine, EngineConfig, RequestStatus
-from tests.profiles import examples
+from tests.support.profiles import examples
 
 
 @st.composite

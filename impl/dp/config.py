@@ -7,7 +7,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from densegate.impl.cost.compare import round_name, round_order
+from densegate.lab.cost.compare import round_name, round_order
 from densegate.impl.dp.router import ROUTERS
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.engine import EngineConfig
@@ -76,7 +76,7 @@ class DPConfig:
     grace_s: float | None = None
     timed_rounds: int = 0
     """0: baselines on the null runner, untimed. R >= 1: every phase on the engine's runner,
-    R rounds in alternating order (``densegate.impl.cost.compare``), to compare times."""
+    R rounds in alternating order (``densegate.lab.cost.compare``), to compare times."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.engine, EngineConfig):

@@ -31,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from densegate.impl.cost.timeline import RankTiming
+from densegate.lab.cost.timeline import RankTiming
 from densegate.impl.dp.collective import Collective, CollectiveError, StoreUnavailable
 from densegate.impl.dp.config import DPConfig, Phase, make_prompts, phases
 from densegate.impl.dp.inject import CRASH_EXIT_CODE, Injector, exit_now

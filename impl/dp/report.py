@@ -107,7 +107,7 @@ class RankReport:
     wall_s: float = 0.0
     collective_ms_per_tick: float = 0.0
     timing: dict[str, Any] = field(default_factory=dict)
-    """``densegate.impl.cost.rank_timing``: measured times, and the work to model them."""
+    """``densegate.lab.cost.rank_timing``: measured times, and the work to model them."""
 
     @property
     def fault_tick(self) -> int | None:

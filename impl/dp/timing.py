@@ -1,8 +1,8 @@
 """Time per phase of a data-parallel run, measured, side by side, with the ratio to gate-off.
 
-Each rank's report carries its ``timing`` record (``densegate.impl.cost``);
+Each rank's report carries its ``timing`` record (``densegate.lab.cost``);
 this pools the ranks of each phase, then the rounds of each phase
-(``densegate.impl.cost.compare``), and prints one table. Only phases run on the
+(``densegate.lab.cost.compare``), and prints one table. Only phases run on the
 coordinated phase's runner are timed against it, and none when that is the
 null runner (its passes, like the untimed baselines', measure the scheduler alone).
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from densegate.impl.cost.compare import compare_rounds, split_round
-from densegate.impl.cost.timeline import TimeFigures, dp_figures
+from densegate.lab.cost.compare import compare_rounds, split_round
+from densegate.lab.cost.timeline import TimeFigures, dp_figures
 from densegate.impl.dp.report import RankReport
 from densegate.impl.figures import fmt
 

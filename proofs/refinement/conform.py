@@ -31,7 +31,7 @@ from typing import Any
 
 import z3
 
-from densegate.impl.baselines.policies import RawCounts
+from densegate.lab.baselines.policies import RawCounts
 from densegate.impl.gate import GateConfig, GateInput, Reason
 from densegate.proofs.refinement.symbolic import admit, explore, fail, guarded, holds, term
 from densegate.spec.gate import GATE, reason

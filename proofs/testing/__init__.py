@@ -7,7 +7,7 @@ is the pytest form and ``densegate conform`` the command-line one.
 ``prove_conforms(factory)`` checks the same properties symbolically (CrossHair):
 proved for every input of runs of a given length, refuted with a run, or out
 of reach with the reason (``densegate conform --prove``). The
-strategies that drive it are exported for reuse, and ``densegate.impl.baselines.policies``
+strategies that drive it are exported for reuse, and ``densegate.lab.baselines.policies``
 holds the reference policies it is usually run against.
 
 Needs Hypothesis and z3. Names load on first use so that ``densegate --help``

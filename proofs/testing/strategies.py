@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
-from densegate.impl.baselines.policies import RawCounts
+from densegate.lab.baselines.policies import RawCounts
 from densegate.impl.gate import GateConfig, GateInput
 
 __all__ = [

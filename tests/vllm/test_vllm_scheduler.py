@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from densegate.impl.bench.workloads import WORKLOADS
+from densegate.lab.bench.workloads import WORKLOADS
 from densegate.impl.gate import Decision, GateConfig, GateInput
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace
 from tests.vllm.conftest import HAS_VLLM, SKIP_REASON

@@ -71,7 +71,7 @@ class RawGatePolicy(GatePolicy, Protocol):
 
 class LegacyPolicy:
     """No gate: every pass admits whatever it can (prefill-first with
-    ``densegate.impl.baselines.prefill_first.PrefillFirstScheduler``, vLLM v0's order).
+    ``densegate.lab.baselines.prefill_first.PrefillFirstScheduler``, vLLM v0's order).
 
     This is the gate switched off, so a pass with something waiting is reported
     as ``DISABLED`` whatever the config says (``EMPTY`` when nothing waits).

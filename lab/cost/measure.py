@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from densegate.impl.cost.model import PassWork
-from densegate.impl.cost.profile import Profile, Sample, fit, fit_error
+from densegate.lab.cost.model import PassWork
+from densegate.lab.cost.profile import Profile, Sample, fit, fit_error
 from densegate.impl.sched.batch import KVLayout, ScheduledBatch, SeqChunk
 
 __all__ = [

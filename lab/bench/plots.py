@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from densegate.impl.bench.runs import BenchResult
+from densegate.lab.bench.runs import BenchResult
 
 __all__ = ["write_plots"]
 

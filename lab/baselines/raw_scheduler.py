@@ -9,7 +9,7 @@ exactly what the core scheduler shows them.
 
 from __future__ import annotations
 
-from densegate.impl.baselines.policies import RawCounts, RawGatePolicy
+from densegate.lab.baselines.policies import RawCounts, RawGatePolicy
 from densegate.impl.gate import Decision
 from densegate.impl.sched.scheduler import PassPlan, Scheduler
 

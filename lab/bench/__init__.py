@@ -5,9 +5,9 @@ policy over each workload, and the checks on the result), ``tables`` (text),
 ``plots`` (matplotlib).
 """
 
-from densegate.impl.bench.plots import write_plots
-from densegate.impl.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
-from densegate.impl.bench.runs import (
+from densegate.lab.bench.plots import write_plots
+from densegate.lab.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
+from densegate.lab.bench.runs import (
     BenchResult,
     Check,
     PolicyRun,
@@ -16,8 +16,8 @@ from densegate.impl.bench.runs import (
     run_bench,
     run_policy,
 )
-from densegate.impl.bench.tables import ROWS, format_tables
-from densegate.impl.bench.workloads import WORKLOADS, Workload
+from densegate.lab.bench.tables import ROWS, format_tables
+from densegate.lab.bench.workloads import WORKLOADS, Workload
 
 __all__ = [
     "BENCH_POLICIES",

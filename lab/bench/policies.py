@@ -24,9 +24,9 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from densegate.impl.baselines.policies import LegacyPolicy, OriginalPolicy
-from densegate.impl.baselines.prefill_first import PrefillFirstScheduler
-from densegate.impl.baselines.raw_scheduler import RawListScheduler
+from densegate.lab.baselines.policies import LegacyPolicy, OriginalPolicy
+from densegate.lab.baselines.prefill_first import PrefillFirstScheduler
+from densegate.lab.baselines.raw_scheduler import RawListScheduler
 from densegate.impl.engine import EngineConfig
 from densegate.impl.gate import GateConfig, GatePolicy, PrefillGate
 from densegate.impl.sched.scheduler import Scheduler

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from densegate.impl.cost.timeline import TimeFigures
+from densegate.lab.cost.timeline import TimeFigures
 from densegate.impl.validation import check_int, check_positive_float
 
 __all__ = [

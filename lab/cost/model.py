@@ -8,7 +8,7 @@ the slowest rank's pass plus the one all-reduce every tick makes.
 
 Two forms share the ``PassModel`` protocol: ``LinearPassModel`` (fitted to a
 measured profile, one coefficient vector per pass kind) and the roofline in
-``densegate.impl.cost.roofline`` (computed from stated hardware inputs).
+``densegate.lab.cost.roofline`` (computed from stated hardware inputs).
 """
 
 from __future__ import annotations

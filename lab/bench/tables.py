@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from densegate.impl.bench.runs import BenchResult
+from densegate.lab.bench.runs import BenchResult
 from densegate.impl.figures import fmt
 from densegate.impl.traces.replay import S6_SCOPE
 

@@ -1,7 +1,7 @@
 """Time: a pass-time model, its profiles (measured and fitted, or roofline), and the
 figures (tokens/s, TTFT, inter-token latency, tick) a run gives on either clock."""
 
-from densegate.impl.cost.model import (
+from densegate.lab.cost.model import (
     FEATURES,
     KINDS,
     LinearPassModel,
@@ -10,10 +10,10 @@ from densegate.impl.cost.model import (
     kind_of,
     tick_ms,
 )
-from densegate.impl.cost.profile import Profile, Sample, fit, fit_error, roofline_profile
-from densegate.impl.cost.roofline import GPUS, SHAPES, GPUSpec, ModelShape, RooflineInputs
-from densegate.impl.cost.roofline import RooflineModel as RooflineModel
-from densegate.impl.cost.timeline import (
+from densegate.lab.cost.profile import Profile, Sample, fit, fit_error, roofline_profile
+from densegate.lab.cost.roofline import GPUS, SHAPES, GPUSpec, ModelShape, RooflineInputs
+from densegate.lab.cost.roofline import RooflineModel as RooflineModel
+from densegate.lab.cost.timeline import (
     PassTimeline,
     RankTiming,
     TimedRunner,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from densegate.impl.cost.model import PassWork, kind_of
+from densegate.lab.cost.model import PassWork, kind_of
 
 __all__ = ["GPUS", "SHAPES", "GPUSpec", "ModelShape", "RooflineInputs", "RooflineModel"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from densegate.impl.baselines.raw_scheduler import RawListScheduler
+from densegate.lab.baselines.raw_scheduler import RawListScheduler
 from densegate.impl.gate import Decision
 from densegate.impl.sched.batch import ScheduledBatch
 from densegate.impl.sched.scheduler import PassPlan, PassRecord

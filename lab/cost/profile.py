@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from densegate.impl.cost.model import (
+from densegate.lab.cost.model import (
     FEATURES,
     KINDS,
     LinearPassModel,
     PassModel,
     PassWork,
 )
-from densegate.impl.cost.roofline import GPUS, SHAPES, RooflineInputs, RooflineModel
+from densegate.lab.cost.roofline import GPUS, SHAPES, RooflineInputs, RooflineModel
 from densegate.impl.figures import percentile
 
 __all__ = ["FORMAT", "KIND_FEATURES", "Profile", "Sample", "fit", "fit_error", "roofline_profile"]

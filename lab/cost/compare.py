@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from densegate.impl.cost.timeline import TimeFigures
+from densegate.lab.cost.timeline import TimeFigures
 
 __all__ = ["ROUND_SEP", "compare_rounds", "round_name", "round_order", "split_round"]
 

@@ -7,7 +7,7 @@ figures added here come from the per-pass records: the share of decode work in
 decode-only passes (the ones a GPU runs as a CUDA graph) and the prefill fill
 of every prefill pass, for the histogram.
 
-The policies are in ``densegate.impl.bench.policies``.
+The policies are in ``densegate.lab.bench.policies``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from densegate.impl.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
-from densegate.impl.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS
-from densegate.impl.cost.compare import compare_rounds, round_name, round_order
-from densegate.impl.cost.model import PassModel
-from densegate.impl.cost.timeline import (
+from densegate.lab.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
+from densegate.lab.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS
+from densegate.lab.cost.compare import compare_rounds, round_name, round_order
+from densegate.lab.cost.model import PassModel
+from densegate.lab.cost.timeline import (
     PassTimeline,
     TimedRunner,
     TimeFigures,
@@ -310,7 +310,7 @@ def run_bench(
     with it off).
 
     ``model`` adds each run's modeled times. With a timed runner the policies run
-    ``rounds`` times in alternating order (``densegate.impl.cost.compare``); the
+    ``rounds`` times in alternating order (``densegate.lab.cost.compare``); the
     tables' pass counts are round 1's, the measured times pool every round.
     """
     for name in workloads:

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from densegate.impl.bench.workloads import Workload
-from densegate.impl.cost.model import PassModel
-from densegate.impl.cost.timeline import TimeFigures, dp_figures
+from densegate.lab.bench.workloads import Workload
+from densegate.lab.cost.model import PassModel
+from densegate.lab.cost.timeline import TimeFigures, dp_figures
 from densegate.impl.dp.collective import CollectiveError
 from densegate.impl.dp.config import DPConfig
 from densegate.impl.dp.rank import run_rank
