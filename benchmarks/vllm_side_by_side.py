@@ -4,7 +4,7 @@
 Replays the bench workloads (``densegate.lab.bench.workloads``) and ``sched-cost``
 (the ~2,000-request trace of ``benchmarks/scheduler_cost.py`` with its limits)
 through vLLM 0.32's ``Scheduler`` on CPU with no model (synthetic outputs, one
-token per finished prefill or decode; the harness in ``tests/vllm/harness.py``):
+token per finished prefill or decode; the harness in ``tests/support/vllm_harness.py``):
 
 - ``vllm``: vLLM's own scheduler, unchanged;
 - ``vllm-cadence``: vLLM's own prefill cadence, ``prefill_schedule_interval=N``,
@@ -46,7 +46,7 @@ from scheduler_cost import TRACE_CONFIG, TRACE_OUTPUT_SIGMA, TRACE_RATE  # noqa:
 from densegate.lab.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS  # noqa: E402
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace  # noqa: E402
-from tests.vllm.harness import Cadence, Limits, Replay, build, replay  # noqa: E402
+from tests.support.vllm_harness import Cadence, Limits, Replay, build, replay  # noqa: E402
 
 SCHED_COST = "sched-cost"
 NAMES = (*WORKLOADS, SCHED_COST)

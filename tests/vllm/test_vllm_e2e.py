@@ -1,6 +1,6 @@
 """End to end in a real vLLM engine on CPU: a tiny random-weight Llama, plain and gated.
 
-The engine runs in a subprocess (``e2e_llm.py``; vLLM's CPU platform spawns
+The engine runs in a subprocess (``tests/support/vllm_e2e.py``; vLLM's CPU platform spawns
 workers, which need the script's ``__main__`` guard and the import guard on
 ``PYTHONPATH``). More prompts than ``max_num_seqs`` make prefills wait beside
 running decodes, so the gate has something to hold.
@@ -30,7 +30,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(ROOT)) if p)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "vllm" / "e2e_llm.py"), str(model)],
+        [sys.executable, str(ROOT / "tests" / "support" / "vllm_e2e.py"), str(model)],
         capture_output=True,
         text=True,
         env=env,

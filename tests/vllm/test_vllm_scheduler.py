@@ -20,7 +20,7 @@ from densegate.lab.bench.workloads import WORKLOADS
 from densegate.impl.gate import Decision, GateConfig, GateInput
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace
 from tests.vllm.conftest import HAS_VLLM, SKIP_REASON
-from tests.vllm.harness import Limits, Replay, Step, base_config, build, replay
+from tests.support.vllm_harness import Limits, Replay, Step, base_config, build, replay
 
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 
@@ -236,7 +236,7 @@ def test_decisions_agree_with_densegates_scheduler_where_admission_rules_coincid
     from densegate.impl.sched.batch import NullRunner
     from densegate.impl.sched.request import Request
     from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
-    from tests.vllm.harness import TOKEN, prompt_tokens
+    from tests.support.vllm_harness import TOKEN, prompt_tokens
 
     trace = WORKLOADS["steady"].trace(5, 150)
     lim = Limits()

@@ -8,7 +8,7 @@ conftest). The engine core runs in this process
 Prints one JSON line: the greedy tokens per prompt and, when gated, the gate's
 counters and its per-step log.
 
-Usage: ``python e2e_llm.py MODEL_DIR`` (runs plain, then gated, in one process)
+Usage: ``python tests/support/vllm_e2e.py MODEL_DIR`` (runs plain, then gated, in one process)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def _model(directory: str) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tests.vllm.harness import LLAMA
+    from tests.support.vllm_harness import LLAMA
 
     torch.manual_seed(0)
     cfg = LlamaConfig(

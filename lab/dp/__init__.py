@@ -1,0 +1,1 @@
+"""The data-parallel lab: benchmark phases, their timing, and injected rank faults."""

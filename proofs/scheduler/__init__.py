@@ -1,0 +1,1 @@
+"""Scheduler-level proofs: the scheduler machine, its summaries and its TTFT window."""
