@@ -2,7 +2,8 @@
 
 Imports neither z3 nor ``densegate.spec``: engines embed this package alone.
 The torch model runner is loaded on first use (``densegate.impl.TorchRunner``),
-so scheduling-only users never pay for importing torch.
+so scheduling-only users never pay for importing torch; without the ``torch``
+extra that first use raises ``MissingExtra`` naming it.
 """
 
 from __future__ import annotations
@@ -89,6 +90,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'densegate.impl' has no attribute {name!r}")
-    from importlib import import_module
+    from densegate.impl.extras import require
 
-    return getattr(import_module(module), name)
+    return getattr(require(module, f"densegate.impl.{name}"), name)

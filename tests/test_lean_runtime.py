@@ -105,3 +105,20 @@ def test_the_blocker_blocks(module: str) -> None:
     proc = _run(f"import {module}", (module,))
     assert proc.returncode != 0
     assert "ModuleNotFoundError" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("code", "blocked", "extra"),
+    [
+        ("from densegate.impl import TorchRunner", ("torch",), "torch"),
+        ("import densegate.spec", ("z3",), "prove"),
+        ("import densegate.proofs", ("z3",), "prove"),
+    ],
+)
+def test_a_missing_extra_is_named(code: str, blocked: tuple[str, ...], extra: str) -> None:
+    proc = _run(code, blocked)
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("densegate.impl.extras.MissingExtra: densegate."), last
+    assert f"pip install 'densegate[{extra}]'" in last
+    assert f"({blocked[0]} is not installed)" in last

@@ -7,56 +7,50 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from densegate.lab.cost.compare import round_name, round_order
 from densegate.impl.dp.router import ROUTERS
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.engine import EngineConfig
 from densegate.impl.traces.workload import TraceRequest
+from densegate.impl.validation import (
+    check_choice,
+    check_fraction,
+    check_instance,
+    check_int,
+    check_positive_float,
+)
 
-__all__ = ["COORDINATIONS", "FAULT_MODES", "DPConfig", "Fault", "Phase", "make_prompts", "phases"]
+__all__ = ["COORDINATED", "COORDINATIONS", "DPConfig", "Phase", "make_prompts"]
 
 COORDINATIONS = ("aligned", "local")
-FAULT_MODES = ("exit", "collective", "hang", "slow")
+COORDINATED = "coordinated"
+"""The name of a run's first phase: the aligned run itself (the summary is built on it)."""
 
 
 @dataclass(frozen=True)
-class Fault:
-    """An injected fault (a test hook) on ``rank`` at tick ``tick`` of the first phase.
+class Phase:
+    """One pass over the trace: how the ranks decide (``aligned``: one decision per tick
+    for every rank; ``local``: each rank its own gate), and on which engine."""
 
-    ``exit``: the rank dies before the tick's collective; ``collective``: it
-    enters the collective, waits ``seconds`` and dies inside it; ``hang``: it
-    stops answering; ``slow``: it sleeps ``seconds`` before the collective and
-    goes on (below the timeout it must not be taken for dead).
-    """
-
-    rank: int
-    tick: int
-    mode: str = "exit"
-    seconds: float = 0.0
+    name: str
+    coordination: str
+    engine: EngineConfig
 
     def __post_init__(self) -> None:
-        for name in ("rank", "tick"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"Fault.{name} must be an int >= 0, got {v!r}")
-        if self.mode not in FAULT_MODES:
-            raise ValueError(f"Fault.mode must be one of {FAULT_MODES}, got {self.mode!r}")
-        if isinstance(self.seconds, bool) or not self.seconds >= 0:
-            raise ValueError(f"Fault.seconds must be a number >= 0, got {self.seconds!r}")
+        check_instance("Phase", "name", self.name, str)
+        check_choice("Phase", "coordination", self.coordination, COORDINATIONS)
+        check_instance("Phase", "engine", self.engine, EngineConfig)
 
 
 @dataclass(frozen=True)
 class DPConfig:
     """Everything every rank must agree on, besides the trace.
 
-    ``baselines`` adds two uncoordinated phases after the coordinated one, on
-    the null runner (scheduling does not depend on token values): every rank
-    with its gate off, and every rank with its own local gate. Both still
-    all-reduce every tick, so their mixed ticks are counted the same way.
-    ``faults`` are injected faults (test hooks, ``Fault``); ``crash`` =
-    ``(rank, tick)`` with ``crash_mode`` is the one-fault shorthand.
-    ``grace_s`` (default ``timeout_s``) is how long survivors wait for each
-    other to answer after a failure.
+    ``phases`` are run in order over the same trace; empty (the default) is the
+    one coordinated phase on ``engine``. A rank stops after a phase in which a
+    rank died. Comparison phases (the lab's baselines and timed rounds,
+    ``densegate.lab.dp.phases``) come after the first, which must be the aligned
+    phase named ``coordinated``. ``grace_s`` (default ``timeout_s``) is how long
+    survivors wait for each other to answer after a failure.
     """
 
     engine: EngineConfig
@@ -68,58 +62,56 @@ class DPConfig:
     kv_pressure_valve: bool = False
     kv_high_watermark: float = 0.9
     seed: int = 0
-    baselines: bool = True
     keep_outputs: bool = False
-    crash: tuple[int, int] | None = None
-    crash_mode: str = "exit"
-    faults: tuple[Fault, ...] = ()
     grace_s: float | None = None
-    timed_rounds: int = 0
-    """0: baselines on the null runner, untimed. R >= 1: every phase on the engine's runner,
-    R rounds in alternating order (``densegate.lab.cost.compare``), to compare times."""
+    phases: tuple[Phase, ...] = ()
 
     def __post_init__(self) -> None:
-        if not isinstance(self.engine, EngineConfig):
-            raise TypeError(f"DPConfig.engine must be an EngineConfig, got {self.engine!r}")
-        if self.router not in ROUTERS:
-            raise ValueError(f"DPConfig.router must be one of {ROUTERS}, got {self.router!r}")
-        for name in ("timeout_s", "startup_timeout_s"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                raise ValueError(f"DPConfig.{name} must be a number > 0, got {v!r}")
-        if not 0 < self.kv_high_watermark <= 1:
+        owner = "DPConfig"
+        check_instance(owner, "engine", self.engine, EngineConfig)
+        check_choice(owner, "router", self.router, ROUTERS)
+        check_positive_float(owner, "timeout_s", self.timeout_s)
+        check_positive_float(owner, "startup_timeout_s", self.startup_timeout_s)
+        check_fraction(owner, "kv_high_watermark", self.kv_high_watermark)
+        check_int(owner, "seed", self.seed)
+        if self.grace_s is not None:
+            check_positive_float(owner, "grace_s", self.grace_s)
+        check_instance(owner, "phases", self.phases, tuple)
+        names: set[str] = set()
+        for i, p in enumerate(self.phases):
+            check_instance(owner, f"phases[{i}]", p, Phase)
+            if p.name in names:
+                raise ValueError(f"{owner}.phases has two phases named {p.name!r}")
+            names.add(p.name)
+        first = self.run_phases[0]
+        if first.name != COORDINATED or first.coordination != "aligned":
             raise ValueError(
-                f"DPConfig.kv_high_watermark must be in (0, 1], got {self.kv_high_watermark!r}"
-            )
-        if self.crash_mode not in FAULT_MODES:
-            raise ValueError(
-                f"DPConfig.crash_mode must be one of {FAULT_MODES}, got {self.crash_mode!r}"
-            )
-        if not all(isinstance(f, Fault) for f in self.faults):
-            raise ValueError(f"DPConfig.faults must hold Fault objects, got {self.faults!r}")
-        if self.grace_s is not None and not self.grace_s > 0:
-            raise ValueError(f"DPConfig.grace_s must be > 0, got {self.grace_s!r}")
-        if (
-            isinstance(self.timed_rounds, bool)
-            or not isinstance(self.timed_rounds, int)
-            or (self.timed_rounds < 0)
-        ):
-            raise ValueError(
-                f"DPConfig.timed_rounds must be an int >= 0, got {self.timed_rounds!r}"
+                f"{owner}.phases[0] must be the aligned phase named {COORDINATED!r}, got {first!r}"
             )
         # Raises on bad gate parameters before any process starts.
-        self.gate_config(self.engine)
+        for p in self.run_phases:
+            self.gate_config(p.engine)
 
     @property
-    def all_faults(self) -> tuple[Fault, ...]:
-        """``faults`` plus the ``crash`` shorthand."""
-        if self.crash is None:
-            return self.faults
-        return (*self.faults, Fault(self.crash[0], self.crash[1], self.crash_mode))
+    def run_phases(self) -> tuple[Phase, ...]:
+        """``phases``, or the one coordinated phase on ``engine`` if none are given."""
+        return self.phases or (Phase(COORDINATED, "aligned", self.engine),)
 
     @property
     def grace(self) -> float:
         return self.timeout_s if self.grace_s is None else self.grace_s
+
+    def on_device(self, device: str) -> DPConfig:
+        """This config with ``device`` in its engine and in every phase's engine."""
+
+        def moved(e: EngineConfig) -> EngineConfig:
+            return dataclasses.replace(e, device=device)
+
+        return dataclasses.replace(
+            self,
+            engine=moved(self.engine),
+            phases=tuple(dataclasses.replace(p, engine=moved(p.engine)) for p in self.phases),
+        )
 
     def gate_config(self, engine: EngineConfig) -> AlignedGateConfig:
         return AlignedGateConfig(
@@ -130,31 +122,6 @@ class DPConfig:
             self.stall_ticks,
             self.kv_pressure_valve,
         )
-
-
-@dataclass(frozen=True)
-class Phase:
-    """One pass over the trace: how the ranks decide, and on which engine."""
-
-    name: str
-    coordination: str
-    engine: EngineConfig
-
-
-def phases(config: DPConfig) -> list[Phase]:
-    """The coordinated run, then (if ``baselines``) the two uncoordinated ones."""
-    out = [Phase("coordinated", "aligned", config.engine)]
-    if config.baselines:
-        null = dataclasses.replace(config.engine, runner="null", model=None)
-        null = config.engine if config.timed_rounds else null
-        out.append(
-            Phase("uncoordinated_gate_off", "local", dataclasses.replace(null, gate_enabled=False))
-        )
-        out.append(
-            Phase("uncoordinated_local_gate", "local", dataclasses.replace(null, gate_enabled=True))
-        )
-    rounds = max(config.timed_rounds, 1)
-    return [dataclasses.replace(p, name=round_name(p.name, k)) for k, p in round_order(out, rounds)]
 
 
 def make_prompts(trace: Sequence[TraceRequest], seed: int, vocab: int) -> list[list[int]]:
