@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from densegate.lab.baselines.policies import GatePolicy
-from densegate.impl.gate import GateConfig, PrefillGate
+from densegate.impl.gate import GateConfig, GatePolicy, PrefillGate
 from densegate.impl.sched.batch import NullRunner, ScheduledBatch
+from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.request import Request
-from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
+from densegate.impl.sched.scheduler import Scheduler
 from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [

@@ -2,7 +2,7 @@
 """Randomized fault injection on local gloo ranks: how fast survivors notice and recover.
 
 Runs the seeded schedules of tests/test_dp_fault_injection.py
-(``densegate.impl.dp.inject.random_schedule``: 3-4 rank processes, one or two
+(``densegate.lab.dp.inject.random_schedule``: 3-4 rank processes, one or two
 killed at random ticks, before or inside the tick's collective) and prints,
 measured, not asserted: how many schedules ran, in how many every request
 ended exactly once, and the worst and median times a survivor took to notice a
@@ -20,10 +20,10 @@ import statistics
 import time
 
 from densegate.impl.dp.config import DPConfig
-from densegate.impl.dp.inject import random_schedule
 from densegate.impl.dp.launch import launch
 from densegate.impl.engine import EngineConfig
 from densegate.impl.traces.workload import synthetic_trace
+from densegate.lab.dp.inject import FaultHooks, random_schedule
 
 ENGINE = EngineConfig(
     max_num_seqs=8,
@@ -53,10 +53,8 @@ def main() -> int:
         trace = synthetic_trace(
             args.gen, seed, rate=1.0, prompt_median=48, output_median=12, max_model_len=512
         )
-        config = DPConfig(
-            ENGINE, router=router, timeout_s=args.timeout, baselines=False, faults=faults
-        )
-        s = launch(trace, config, world).summary()
+        config = DPConfig(ENGINE, router=router, timeout_s=args.timeout)
+        s = launch(trace, config, world, hooks=FaultHooks(faults)).summary()
         ok = (
             "error" not in s
             and s["finished"] + s["rejected"] == args.gen
@@ -85,7 +83,7 @@ def main() -> int:
     trace = synthetic_trace(
         args.gen, 0, rate=1.0, prompt_median=48, output_median=12, max_model_len=512
     )
-    healthy = launch(trace, DPConfig(ENGINE, timeout_s=args.timeout, baselines=False), 3)
+    healthy = launch(trace, DPConfig(ENGINE, timeout_s=args.timeout), 3)
     tick_ms = statistics.median(
         rep.collective_ms_per_tick for rep in healthy.phase("coordinated").values()
     )

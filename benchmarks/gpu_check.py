@@ -62,7 +62,8 @@ from gpu_drive import (
 
 from densegate.impl.engine import EngineConfig
 from densegate.impl.runners.cuda_graphs import decode_buckets
-from densegate.impl.runners.model import ModelConfig, reference_generate
+from densegate.impl.runners.model import reference_generate
+from densegate.impl.runners.model_config import ModelConfig
 from densegate.impl.runners.torch_runner import TorchRunner
 from densegate.impl.sched.batch import KVLayout
 from densegate.impl.traces.workload import synthetic_trace

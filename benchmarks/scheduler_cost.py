@@ -37,9 +37,9 @@ from _harness import (
     replay,
 )
 
-from densegate.lab.baselines.policies import LegacyPolicy
-from densegate.impl.sched.scheduler import SchedulerConfig
+from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.traces.workload import synthetic_trace
+from densegate.lab.baselines.policies import LegacyPolicy
 
 # Trace (b): tuned so the mean number of sequences decoding per pass, over the
 # whole run (ramp-up and drain included), is about 120.

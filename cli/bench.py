@@ -7,6 +7,10 @@ import json
 import sys
 from typing import Any
 
+from densegate.cli.bench_names import BENCH_STALL_DEFAULT, POLICY_NAMES, WORKLOAD_NAMES
+from densegate.cli.flag_types import count
+from densegate.cli.options import add_alias, add_quiet, add_threads, threads
+
 HELP = "replay seeded workloads through every policy and print one table per workload"
 
 TORCH_REQUESTS = 60
@@ -21,19 +25,19 @@ def _names(values: list[str] | None, known: list[str]) -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from densegate.lab.bench import BENCH_POLICIES, BENCH_STALL_PASSES, WORKLOADS
-
     p.add_argument(
-        "--workloads",
+        "--workload",
+        dest="workloads",
         nargs="+",
         metavar="NAME",
-        help=f"workloads, space- or comma-separated (default all: {', '.join(WORKLOADS)})",
+        help=f"workloads, space- or comma-separated (default all: {', '.join(WORKLOAD_NAMES)})",
     )
+    add_alias(p, "--workloads", "workloads", nargs="+")
     p.add_argument(
         "--policies",
         nargs="+",
         metavar="NAME",
-        help=f"policies (default all: {', '.join(BENCH_POLICIES)})",
+        help=f"policies, space- or comma-separated (default all: {', '.join(POLICY_NAMES)})",
     )
     p.add_argument(
         "--runner",
@@ -42,29 +46,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="null schedules only (figures in passes); torch runs the seeded model and adds "
         "milliseconds and tokens/s",
     )
-    p.add_argument("--device", default="cpu", help="torch device (default cpu)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        metavar="N",
-        help="torch CPU threads with the torch runner (default 1: the tiny model gains nothing "
-        "from more, and on a shared CPU thread contention swamps the step times; 0: torch's "
-        "default)",
-    )
+    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
+    add_threads(p)
     p.add_argument(
         "--stall-passes",
-        type=int,
-        default=BENCH_STALL_PASSES,
+        type=count(0),
+        default=BENCH_STALL_DEFAULT,
         metavar="N",
         help="the densegate-stall column's STALL valve: fire an under-full pass once the "
-        f"waiting fill has not grown for N passes (default {BENCH_STALL_PASSES}; every other "
-        "policy runs with the valve off; not used with --dp)",
+        f"waiting fill has not grown for N passes (default {BENCH_STALL_DEFAULT}, so the "
+        "column differs from densegate's; every other policy runs with the valve off; not "
+        "used with --dp)",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     p.add_argument(
         "--requests",
-        type=int,
+        type=count(1),
         metavar="N",
         help=f"requests per workload (default: each workload's size with the null runner, "
         f"{TORCH_REQUESTS} with torch)",
@@ -77,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--dp",
-        type=int,
+        type=count(1),
         default=1,
         metavar="N",
         help="with --cost: N data-parallel ranks (in-process, null runner), phases coordinated, "
@@ -85,7 +82,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--rounds",
-        type=int,
+        type=count(1),
         default=None,
         metavar="R",
         help="with --runner torch: run the policies R times, order reversed every other round, "
@@ -93,7 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write TTFT CDF and prefill fill PNGs to DIR")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -114,19 +111,35 @@ def main(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as e:
             print(f"densegate bench: --cost {args.cost}: {e}", file=sys.stderr)
             return 2
-    if args.dp < 1 or (args.dp > 1 and profile is None):
-        print(f"densegate bench: --dp {args.dp} needs --cost and N >= 1", file=sys.stderr)
+    if args.dp > 1 and profile is None:
+        print(f"densegate bench: --dp {args.dp} needs --cost", file=sys.stderr)
         return 2
     workloads = _names(args.workloads, list(WORKLOADS))
     policies = _names(args.policies, list(BENCH_POLICIES))
+    for what, names, known in (
+        ("workload", workloads, WORKLOADS),
+        ("policy", policies, BENCH_POLICIES),
+    ):
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            print(
+                f"densegate bench: unknown {what} {unknown[0]!r}; choose from {', '.join(known)}",
+                file=sys.stderr,
+            )
+            return 2
+    if args.plot:
+        from densegate.impl.extras import require
+
+        require("matplotlib", "densegate bench --plot")  # before the runs, not after
     requests = args.requests
     if requests is None and args.runner == "torch":
         requests = TORCH_REQUESTS
 
-    if args.runner == "torch" and args.threads > 0:
+    n_threads = threads(args)
+    if args.runner == "torch" and n_threads is not None:
         import torch
 
-        torch.set_num_threads(args.threads)
+        torch.set_num_threads(n_threads)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -182,9 +195,6 @@ def _dp_cost(
     base = bench_config()
     runs = {}
     for name in workloads:
-        if name not in WORKLOADS:
-            print(f"densegate bench: unknown workload {name!r}", file=sys.stderr)
-            return 2
         trace = dp_trace(WORKLOADS[name], args.seed, args.dp, requests)
         runs[name] = (len(trace), run_dp_phases(trace, base, args.dp, profile.model, args.seed))
         if progress is not None:

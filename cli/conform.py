@@ -15,17 +15,56 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import import_module
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from densegate.cli.flag_types import count
+
 if TYPE_CHECKING:
-    from densegate.testing.conformance import ConformanceReport
+    from densegate.testing.report import ConformanceReport
 
 HELP = "check a gate (module:factory) or the shipped policies against the proved machine"
 
 
+STORAGE_ENV = "HYPOTHESIS_STORAGE_DIRECTORY"
+"""Hypothesis' own variable for where it keeps its files; ``conform`` sets it for its run."""
+
+
+def hypothesis_dir() -> Path:
+    """Where ``conform``'s Hypothesis keeps its files (never the caller's directory):
+    ``$HYPOTHESIS_STORAGE_DIRECTORY`` if set, else ``$XDG_CACHE_HOME/densegate/hypothesis``
+    (``~/.cache/densegate/hypothesis`` without XDG_CACHE_HOME)."""
+    chosen = os.environ.get(STORAGE_ENV)
+    if chosen:
+        return Path(chosen)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "densegate" / "hypothesis"
+
+
+@contextmanager
+def _hypothesis_storage() -> Iterator[None]:
+    """Hypothesis writes ``.hypothesis/`` under the working directory unless told otherwise;
+    a command must not leave files where it was called, so point it at ``hypothesis_dir()``."""
+    before = os.environ.get(STORAGE_ENV)
+    os.environ[STORAGE_ENV] = str(hypothesis_dir())
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[STORAGE_ENV]
+        else:
+            os.environ[STORAGE_ENV] = before
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.epilog = (
+        "Hypothesis keeps its files in $HYPOTHESIS_STORAGE_DIRECTORY if set, else in "
+        "$XDG_CACHE_HOME/densegate/hypothesis (~/.cache/densegate/hypothesis), never in the "
+        "working directory."
+    )
     p.add_argument(
         "target",
         nargs="?",
@@ -34,13 +73,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--policies",
-        metavar="NAMES",
-        help="comma-separated shipped policies (legacy, original, densegate) or 'all'; "
-        "the default when no target is given",
+        nargs="+",
+        metavar="NAME",
+        help="shipped policies, space- or comma-separated (legacy, original, densegate) or "
+        "'all'; the default when no target is given",
     )
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument(
-        "--max-examples", type=int, metavar="N", help="runs generated per search (default 200)"
+        "--max-examples",
+        type=count(1),
+        metavar="N",
+        help="runs generated per search (default 200)",
     )
     p.add_argument(
         "--prove",
@@ -50,7 +93,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--passes",
-        type=int,
+        type=count(1),
         metavar="N",
         help="with --prove: passes per symbolic run (default 2)",
     )
@@ -77,7 +120,7 @@ def _load(target: str) -> Callable[..., Any]:
 
 
 def _table(reports: list[ConformanceReport]) -> str:
-    from densegate.testing.conformance import PROPERTIES
+    from densegate.testing.report import PROPERTIES
 
     head = ["property", *(r.target for r in reports)]
     rows = [head]
@@ -99,8 +142,6 @@ def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
     if args.max_examples is not None or args.seed is not None:
         return usage("--max-examples and --seed are for sampling, not --prove")
     passes = DEFAULT_PASSES if args.passes is None else args.passes
-    if passes < 1:
-        return usage(f"--passes must be >= 1, got {passes}")
     if args.target is None and args.policies is None:
         return usage("--prove needs a target (module:factory) or --policies")
     if args.target is not None and args.policies is not None:
@@ -112,8 +153,7 @@ def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
         except (ImportError, AttributeError, ValueError) as e:
             return usage(f"cannot load {args.target}: {e}")
     else:
-        names = [s.strip() for s in args.policies.split(",") if s.strip()]
-        names = list(POLICIES) if names == ["all"] else names
+        names = _policy_names(args.policies, list(POLICIES))
         unknown = [n for n in names if n not in POLICIES]
         if unknown or not names:
             return usage(f"unknown policies {unknown}; shipped: {', '.join(POLICIES)}")
@@ -127,13 +167,21 @@ def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
     return 0 if all(r.proved for r in reports) else 1
 
 
+def _policy_names(values: list[str] | None, shipped: list[str]) -> list[str]:
+    """``--policies a b`` and ``--policies a,b`` both work; none given, or ``all``, means all."""
+    names = [s.strip() for v in values or ["all"] for s in v.split(",") if s.strip()]
+    return shipped if names == ["all"] else names
+
+
 def main(args: argparse.Namespace) -> int:
+    with _hypothesis_storage():
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     from densegate.lab.baselines.policies import POLICIES
-    from densegate.testing.conformance import (
-        DEFAULT_MAX_EXAMPLES,
-        check_gate,
-        format_violation,
-    )
+    from densegate.testing.conformance import DEFAULT_MAX_EXAMPLES, check_gate
+    from densegate.testing.report import format_violation
 
     def usage(message: str) -> int:
         print(f"densegate conform: {message}", file=sys.stderr)
@@ -144,8 +192,6 @@ def main(args: argparse.Namespace) -> int:
     if args.passes is not None:
         return usage("--passes needs --prove")
     n = DEFAULT_MAX_EXAMPLES if args.max_examples is None else args.max_examples
-    if n < 1:
-        return usage(f"--max-examples must be >= 1, got {n}")
     kw: dict[str, Any] = {"max_examples": n, "seed": args.seed}
 
     if args.target is not None:
@@ -162,9 +208,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json()) if args.json else report.format())
         return 0 if report.conforms else 1
 
-    names = [s.strip() for s in (args.policies or "all").split(",") if s.strip()]
-    if names == ["all"]:
-        names = list(POLICIES)
+    names = _policy_names(args.policies, list(POLICIES))
     unknown = [name for name in names if name not in POLICIES]
     if unknown or not names:
         return usage(f"unknown policies {unknown}; shipped: {', '.join(POLICIES)}")

@@ -18,8 +18,11 @@ torchrun the elastic agent itself stops every worker when one fails, so
 survivor behaviour needs ``densegate run --dp N`` (the store lives in the
 launcher) or hand-started ranks; the README says what torchrun does.
 
-``DENSEGATE_DP_CRASH=RANK:TICK[:MODE[:SECONDS]][,...]`` injects faults (MODE:
-exit, collective, hang, slow; see ``densegate.impl.dp.config.Fault``);
+The runtime runs what this module assembles from the lab (``densegate.lab.dp``):
+the coordinated phase plus the uncoordinated baselines (``--no-baselines``:
+none) in ``--timed-rounds`` rounds, the timing hook behind the time table, and
+the faults of ``DENSEGATE_DP_CRASH=RANK:TICK[:MODE[:SECONDS]][,...]`` (MODE:
+exit, collective, hang, slow; see ``densegate.lab.dp.inject.Fault``).
 ``DENSEGATE_DP_OUT=DIR`` keeps the launcher's per-rank reports (decision logs
 included) in DIR.
 """
@@ -36,21 +39,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from densegate.cli.options import add_arguments, engine_config
-from densegate.impl.dp.collective import TorchCollective
-from densegate.impl.dp.config import DPConfig, Fault
-from densegate.impl.dp.launch import DPResult, launch, rank_main
-from densegate.impl.dp.summary import merge_reports, print_summary
+from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.hooks import RankHooks, chain
+from densegate.impl.dp.launch import launch, rank_main
+from densegate.impl.dp.report import RankReport
+from densegate.impl.dp.summary import by_phase, merge_reports
 from densegate.impl.traces.workload import TraceRequest
+from densegate.lab.dp.inject import Fault, FaultHooks
+from densegate.lab.dp.phases import bench_phases
+from densegate.lab.dp.tables import print_summary
+from densegate.lab.dp.timing import TimingHooks, phase_timing
 
-__all__ = [
-    "DPResult",
-    "TorchCollective",
-    "launch",
-    "main",
-    "merge_reports",
-    "rank_main",
-    "run_dp",
-]
+__all__ = ["main", "parse_faults", "run_dp", "summarize_dp"]
 
 
 def parse_faults(spec: str) -> tuple[Fault, ...]:
@@ -70,21 +70,45 @@ def parse_faults(spec: str) -> tuple[Fault, ...]:
 
 
 def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
-    faults = parse_faults(os.environ.get("DENSEGATE_DP_CRASH", ""))
-    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
-        faults = ()  # an injected fault is a one-time crash: torchrun's restart runs clean
+    engine = engine_config(args, runner)
+    phases = bench_phases(
+        engine,
+        baselines=not getattr(args, "no_baselines", False),
+        timed_rounds=getattr(args, "timed_rounds", 0),
+    )
     return DPConfig(
-        engine_config(args, runner),
+        engine,
         router=getattr(args, "router", "round-robin"),
         timeout_s=getattr(args, "dp_timeout", 30.0),
         target_fill=getattr(args, "target_fill", 1.0),
         stall_ticks=getattr(args, "stall_ticks", 0),
         kv_pressure_valve=getattr(args, "kv_valve", False),
         seed=args.seed,
-        baselines=not getattr(args, "no_baselines", False),
-        timed_rounds=getattr(args, "timed_rounds", 0),
-        faults=faults,
+        phases=phases,
     )
+
+
+def _hooks() -> RankHooks:
+    """Every phase timed, and the faults of ``DENSEGATE_DP_CRASH`` injected."""
+    faults = parse_faults(os.environ.get("DENSEGATE_DP_CRASH", ""))
+    if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        faults = ()  # an injected fault is a one-time crash: torchrun's restart runs clean
+    return chain(TimingHooks(), FaultHooks(faults))
+
+
+def summarize_dp(
+    world: int,
+    reports: dict[int, list[RankReport]],
+    trace_len: int,
+    wall_s: float,
+    exitcodes: Sequence[int | None] | None = None,
+) -> dict[str, Any]:
+    """``merge_reports``, plus the time per phase (``densegate.lab.dp.timing``)."""
+    dicts = {r: [x.as_dict() for x in reps] for r, reps in reports.items()}
+    s = merge_reports(world, dicts, trace_len, wall_s, exitcodes)
+    if "error" not in s:
+        s["timing"] = phase_timing(by_phase(reports))
+    return s
 
 
 def _trace(args: argparse.Namespace) -> list[TraceRequest]:
@@ -103,10 +127,10 @@ def _runner(args: argparse.Namespace, n: int) -> str:
     return "torch" if n <= 300 else "null"
 
 
-def _inputs(args: argparse.Namespace) -> tuple[list[TraceRequest], DPConfig]:
-    """The trace and the config both entry points run; ValueError or OSError if bad."""
+def _inputs(args: argparse.Namespace) -> tuple[list[TraceRequest], DPConfig, RankHooks]:
+    """The trace, config and hooks both entry points run; ValueError or OSError if bad."""
     trace = _trace(args)
-    return trace, _dp_config(args, _runner(args, len(trace)))
+    return trace, _dp_config(args, _runner(args, len(trace))), _hooks()
 
 
 def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
@@ -123,7 +147,7 @@ def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
 def run_dp(args: argparse.Namespace) -> int:
     """``densegate run --dp N``: launch N local ranks, print the merged summary."""
     try:
-        trace, config = _inputs(args)
+        trace, config, hooks = _inputs(args)
     except (ValueError, OSError) as e:
         print(f"densegate run: {e}", file=sys.stderr)
         return 2
@@ -131,8 +155,9 @@ def run_dp(args: argparse.Namespace) -> int:
         from densegate.impl.traces.workload import dump_trace
 
         dump_trace(trace, args.dump_trace)
-    result = launch(trace, config, args.dp, out_dir=os.environ.get("DENSEGATE_DP_OUT"))
-    return _show(args, result.summary())
+    out_dir = os.environ.get("DENSEGATE_DP_OUT")
+    r = launch(trace, config, args.dp, out_dir=out_dir, hooks=hooks)
+    return _show(args, summarize_dp(r.world_size, r.reports, r.trace_len, r.wall_s, r.exitcodes))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,21 +182,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
-        trace, config = _inputs(args)
+        trace, config, hooks = _inputs(args)
     except (ValueError, OSError) as e:
         print(f"densegate.cli.dp: {e}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     rank, reports, everyone = rank_main(
-        trace, config, args.dp_out, gather=True, backend=args.dp_backend
+        trace, config, args.dp_out, gather=True, backend=args.dp_backend, hooks=hooks
     )
     wall = time.perf_counter() - t0
     world = reports[0].world_size
     if everyone is not None:
-        summary = merge_reports(world, dict(enumerate(everyone)), len(trace), wall)
+        gathered = {r: [RankReport.from_dict(d) for d in reps] for r, reps in enumerate(everyone)}
+        summary = summarize_dp(world, gathered, len(trace), wall)
     elif any(r.faults for r in reports):
         # The group is broken: each survivor reports what it knows.
-        summary = merge_reports(world, {rank: [r.as_dict() for r in reports]}, len(trace), wall)
+        summary = summarize_dp(world, {rank: reports}, len(trace), wall)
         summary["reported_by_rank"] = rank
     else:
         return 0

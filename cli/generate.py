@@ -19,13 +19,16 @@ __all__ = ["generate", "parse_ids"]
 
 
 def parse_ids(text: str) -> list[int]:
-    """``"1 15, 42"`` -> ``[1, 15, 42]``; a clear error naming a bad entry."""
+    """``"1 15, 42"`` -> ``[1, 15, 42]``; a clear error naming a bad entry (not an int >= 0)."""
     out = []
     for part in text.replace(",", " ").split():
         try:
-            out.append(int(part))
+            value = int(part)
         except ValueError:
-            raise ValueError(f"--prompt-ids: {part!r} in {text!r} is not a token id") from None
+            value = -1
+        if value < 0:
+            raise ValueError(f"--prompt-ids: {part!r} in {text!r} is not a token id")
+        out.append(value)
     return out
 
 

@@ -1,7 +1,12 @@
-"""The options ``densegate run`` and the torchrun entry point (``densegate.cli.dp``) share.
+"""The flags more than one command has, defined once so each reads and defaults the same.
 
-Both build the same ``EngineConfig`` from the same flags, so they live here,
-not in either command: neither command module imports the other's internals.
+``densegate run`` and the torchrun entry point (``densegate.cli.dp``) build the
+same ``EngineConfig`` from the same flags (``add_arguments``), so those live
+here, not in either command; ``--quiet`` and ``--threads``, which bench, tune
+and profile have too, come from ``add_quiet`` and ``add_threads``. Scheduler
+defaults are ``REFERENCE_CONFIG``'s, the scheduler the bench runs, so ``run``
+and ``bench`` describe one scheduler. A renamed flag keeps its old spelling as
+a hidden alias with the same ``dest``, so old command lines still work.
 """
 
 from __future__ import annotations
@@ -9,16 +14,58 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["add_arguments", "engine_config", "threads"]
+from densegate.cli.flag_types import count, positive_float
+from densegate.impl.sched.config import REFERENCE_CONFIG
+
+__all__ = ["add_alias", "add_arguments", "add_quiet", "add_threads", "engine_config", "threads"]
+
+REF = REFERENCE_CONFIG
+
+
+def add_alias(p: Any, old: str, dest: str, **kw: Any) -> None:
+    """``old``, a former spelling of the flag that sets ``dest``: accepted, not shown."""
+    p.add_argument(old, dest=dest, help=argparse.SUPPRESS, default=argparse.SUPPRESS, **kw)
+
+
+def add_quiet(
+    p: argparse.ArgumentParser, what: str = "no progress lines on stderr", dest: str = "quiet"
+) -> None:
+    """``--quiet``, every command's one spelling for "no progress output"."""
+    p.add_argument("--quiet", dest=dest, action="store_true", help=what)
+
+
+def add_threads(p: Any) -> None:
+    """``--threads N``: torch's intra-op threads, read by ``threads(args)``."""
+    p.add_argument(
+        "--threads",
+        type=count(0),
+        default=None,
+        metavar="N",
+        help="torch threads per pass (default: 1 on cpu, where the tiny model gains nothing "
+        "from more and a busy core stalls every op; torch's own on cuda; 0: torch's own)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """``densegate run``'s flags (and ``python -m densegate.cli.dp``'s)."""
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--gen", type=int, metavar="N", help="generate N requests (default 500)")
+    src.add_argument(
+        "--requests",
+        dest="gen",
+        type=count(0),
+        metavar="N",
+        help="generate N requests (default 500)",
+    )
+    add_alias(src, "--gen", "gen", type=count(0))
     src.add_argument("--trace", metavar="FILE", help="replay a JSON trace")
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
-    p.add_argument("--rate", type=float, default=0.8, help="mean arrivals per pass (default 0.8)")
-    p.add_argument("--gate", choices=["on", "off"], default="on")
+    p.add_argument(
+        "--rate",
+        type=positive_float,
+        default=0.8,
+        help="mean arrivals per pass (default 0.8)",
+    )
+    p.add_argument("--gate", choices=["on", "off"], default="on", help="the gate (default on)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--dump-trace", metavar="FILE", help="write the workload as a JSON trace")
     p.add_argument(
@@ -30,15 +77,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     p.add_argument("--dtype", default="float32", help="torch dtype (default float32)")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        metavar="N",
-        help="torch threads per pass (default: 1 on cpu, where the tiny model gains nothing "
-        "from more and a busy core stalls every op; torch's own default on cuda)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_threads(p)
+    add_quiet(p, "no progress bar", dest="no_progress")
+    add_alias(p, "--no-progress", "no_progress", action="store_true")
+    _checkpoint_arguments(p)
+    _dp_arguments(p)
+    _scheduler_arguments(p)
+
+
+def _checkpoint_arguments(p: argparse.ArgumentParser) -> None:
     ck = p.add_argument_group("checkpoint")
     ck.add_argument(
         "--model",
@@ -55,15 +102,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="IDS",
         help='a token-id prompt, e.g. "1 15 42" (no tokenizer needed)',
     )
-    ck.add_argument("--max-tokens", type=int, default=32, help="tokens per prompt (default 32)")
+    ck.add_argument(
+        "--max-tokens",
+        type=count(1),
+        default=32,
+        metavar="N",
+        help="tokens per prompt (default 32)",
+    )
     ck.add_argument("--ignore-eos", action="store_true", help="do not stop at the model's EOS")
     ck.add_argument(
-        "--stop-token-id", type=int, action="append", default=[], metavar="ID", help="stop at ID"
+        "--stop-token-id",
+        type=count(0),
+        action="append",
+        default=[],
+        metavar="ID",
+        help="stop at ID (repeatable)",
     )
+
+
+def _dp_arguments(p: argparse.ArgumentParser) -> None:
     dp = p.add_argument_group("data parallel")
     dp.add_argument(
         "--dp",
-        type=int,
+        type=count(1),
         default=1,
         metavar="N",
         help="run N data-parallel ranks as local processes (gloo) with one aligned gate, "
@@ -77,39 +138,97 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="how requests are assigned to ranks (default round-robin)",
     )
     dp.add_argument(
-        "--timed-rounds",
-        type=int,
+        "--rounds",
+        dest="timed_rounds",
+        type=count(0),
         default=0,
         metavar="R",
         help="run the uncoordinated phases on the same runner too, R rounds in alternating "
         "order, and print each phase's measured tokens/s, TTFT, ITL and tick ms with the "
         "ratio to gate-off (default 0: baselines on the null runner, untimed)",
     )
+    add_alias(dp, "--timed-rounds", "timed_rounds", type=count(0))
     dp.add_argument(
         "--dp-timeout",
-        type=float,
+        type=positive_float,
         default=30.0,
         metavar="SECONDS",
         help="a collective slower than this means a rank is gone (default 30)",
     )
-    g = p.add_argument_group("scheduler")
-    g.add_argument("--max-num-seqs", type=int, default=128)
-    g.add_argument("--max-num-batched-tokens", type=int, default=2048)
-    g.add_argument("--block-size", type=int, default=16)
-    g.add_argument("--num-blocks", type=int, default=4096)
+
+
+def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("scheduler (defaults: the bench's scheduler)")
+    g.add_argument(
+        "--max-num-seqs",
+        type=count(1),
+        default=REF.max_num_seqs,
+        metavar="N",
+        help=f"sequences one pass may run (default {REF.max_num_seqs})",
+    )
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=count(1),
+        default=REF.max_num_batched_tokens,
+        metavar="N",
+        help=f"tokens per pass, prefill and decode together (default "
+        f"{REF.max_num_batched_tokens}: a whole {REF.max_model_len}-token prompt beside "
+        f"{REF.max_num_seqs} decodes)",
+    )
+    g.add_argument(
+        "--block-size",
+        type=count(1),
+        default=REF.block_size,
+        metavar="N",
+        help=f"tokens per KV block (default {REF.block_size})",
+    )
+    g.add_argument(
+        "--num-blocks",
+        type=count(1),
+        default=REF.num_blocks,
+        metavar="N",
+        help=f"KV blocks in the cache (default {REF.num_blocks})",
+    )
     g.add_argument(
         "--max-model-len",
-        type=int,
-        default=_Default(4096),
-        help="default 4096; with --model, the checkpoint's max_position_embeddings",
+        type=count(1),
+        default=_Default(REF.max_model_len),
+        metavar="N",
+        help=f"longest prompt + output (default {REF.max_model_len}; with --model, the "
+        "checkpoint's max_position_embeddings)",
     )
-    g.add_argument("--no-chunked-prefill", action="store_true")
-    g.add_argument("--long-prefill-token-threshold", type=int, default=None)
-    g.add_argument("--dense-tokens", type=int, default=None)
-    g.add_argument("--max-hold-passes", type=int, default=30)
+    g.add_argument(
+        "--no-chunked-prefill",
+        action="store_true",
+        help="prefill every prompt in one pass (needs --max-num-batched-tokens >= --max-model-len)",
+    )
+    g.add_argument(
+        "--long-prefill-token-threshold",
+        type=count(1),
+        default=None,
+        metavar="N",
+        help="cap one request's prefill chunk at N tokens (default: the pass budget)",
+    )
+    g.add_argument(
+        "--dense-tokens",
+        type=count(1),
+        default=None,
+        metavar="B",
+        help="the gate's B: prefill fires DENSE once B waiting tokens fit a pass (default: "
+        "--max-num-batched-tokens minus --max-num-seqs, the room a pass has beside a full "
+        "set of decodes)",
+    )
+    g.add_argument(
+        "--max-hold-passes",
+        type=count(1),
+        default=REF.max_hold_passes,
+        metavar="K",
+        help=f"the gate's K: the longest it holds waiting prefill back (default "
+        f"{REF.max_hold_passes} passes)",
+    )
     g.add_argument(
         "--stall-passes",
-        type=int,
+        type=count(0),
         default=0,
         metavar="N",
         help="the gate's STALL valve: fire an under-full pass once the waiting fill has not "
@@ -149,6 +268,7 @@ def engine_config(args: argparse.Namespace, runner: str) -> Any:
 
 
 def threads(args: argparse.Namespace) -> int | None:
+    """``--threads``: N, or None (torch's own) for 0, or when absent on a GPU."""
     if args.threads is not None:
-        return int(args.threads)
+        return int(args.threads) or None
     return 1 if args.device == "cpu" else None

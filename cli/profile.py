@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from densegate.cli.flag_types import count, nonnegative_float
+from densegate.cli.options import add_alias, add_quiet, add_threads, threads
+
 HELP = "time the torch runner's pass kinds over a grid, fit the pass-time model, write a profile"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     p.add_argument(
         "--model",
         metavar="DIR",
@@ -23,15 +26,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="profile JSON to write (default densegate-profile.json)",
     )
     p.add_argument(
-        "--repeats", type=int, default=5, help="timed rounds over the grid (median; default 5)"
+        "--rounds",
+        dest="repeats",
+        type=count(1),
+        default=5,
+        metavar="R",
+        help="timed rounds over the grid, each point's median kept (default 5)",
     )
-    p.add_argument(
-        "--threads", type=int, default=1, help="torch threads on the CPU (default 1, as bench)"
-    )
+    add_alias(p, "--repeats", "repeats", type=count(1))
+    add_threads(p)
     p.add_argument(
         "--collective-ms",
-        type=float,
+        type=nonnegative_float,
         default=0.0,
+        metavar="MS",
         help="per-tick all-reduce time to model DP ticks with (default 0; "
         "`densegate run --dp N` prints the measured one)",
     )
@@ -41,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="full",
         help="full: the bench's pass sizes (default); small: a dozen tiny points, a smoke run",
     )
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -52,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
         prof = profile_torch(
             args.device,
             cfg,
-            threads=args.threads if args.device == "cpu" else None,
+            threads=threads(args),
             repeats=args.repeats,
             grid=GRIDS[args.grid](),
             collective_ms=args.collective_ms,

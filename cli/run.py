@@ -8,20 +8,21 @@ import json
 import sys
 from typing import Any
 
-from densegate.cli.options import add_arguments as add_arguments
+from densegate.cli import options
 from densegate.cli.options import engine_config
-from densegate.impl.figures import fmt
 
 HELP = "run a seeded synthetic workload or a trace through the engine and summarize it"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags ``run`` shares with the torchrun entry point (``densegate.cli.options``)."""
+    options.add_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
     from densegate.impl.engine import Engine
     from densegate.impl.traces.workload import dump_trace, load_trace, synthetic_trace
 
-    if args.dp < 1:
-        print(f"densegate run: --dp must be >= 1, got {args.dp}", file=sys.stderr)
-        return 2
     if args.dp > 1:
         from densegate.cli.dp import run_dp
 
@@ -32,7 +33,10 @@ def main(args: argparse.Namespace) -> int:
         return generate(args)
     try:
         if args.trace:
-            trace = load_trace(args.trace)
+            try:
+                trace = load_trace(args.trace)
+            except OSError as e:
+                raise ValueError(f"--trace {args.trace}: {e.strerror or e}") from None
         else:
             n = 500 if args.gen is None else args.gen
             # With --model the limit is the checkpoint's unless given: ask the engine config.
@@ -61,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
 def _run(engine: Any, trace: Any, args: argparse.Namespace) -> dict[str, Any]:
     from densegate.impl.traces.replay import timed_run
 
-    if args.no_progress or args.json:
+    if args.no_progress or args.json or not _has_rich():
         return timed_run(engine, trace, args.seed)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -107,21 +111,25 @@ def _finish_reasons(engine: Any) -> dict[str, int]:
     return out
 
 
-def _print(s: dict[str, Any]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _has_rich() -> bool:
+    """rich draws the tables and the bar (the ``cli`` extra); without it, plain text."""
+    from importlib.util import find_spec
 
+    return find_spec("rich") is not None
+
+
+def _counts(counts: dict[str, int]) -> str:
+    """``{"BUDGET": 2, "DENSE": 5}`` -> ``"BUDGET 2, DENSE 5"`` (``-`` when empty)."""
+    return ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "-"
+
+
+def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
+    from densegate.impl.figures import fmt
     from densegate.impl.traces.replay import S6_SCOPE
 
-    t = Table(
-        title=f"densegate run (gate {s['gate']}, runner {s['runner_kind']})", show_header=False
-    )
-    t.add_column("figure")
-    t.add_column("value")
     rows = [
         ("requests finished", f"{s['finished']} / {s['requests']}"),
-        ("finish reasons (stop: EOS or stop id)",
-         ", ".join(f"{k} {v}" for k, v in sorted(s["finish_reasons"].items())) or "-"),
+        ("finish reasons (stop: EOS or stop id)", _counts(s["finish_reasons"])),
         ("passes", s["passes"]),
         ("prompt / output tokens", f"{s['prompt_tokens']} / {s['output_tokens']}"),
         ("output tokens per pass", s["output_tokens_per_pass"]),
@@ -140,41 +148,58 @@ def _print(s: dict[str, Any]) -> None:
         ("prefill passes (mean fill)", f"{s['prefill_passes']} ({fmt(s['mean_prefill_fill'])})"),
         ("decode-only passes", s["decode_only_passes"]),
         ("prefill passes interrupting decode", s["prefill_passes_interrupting_decode"]),
-        ("  of which under-full", f"{s['underfull_interrupting']} "
-         f"{s['underfull_interrupting_by_reason'] or ''}"),
-        ("gate reasons", ", ".join(f"{k} {v}" for k, v in sorted(s["reasons"].items()))),
+        ("  of which under-full (by gate reason)", f"{s['underfull_interrupting']}"
+         + (f" ({_counts(by)})" if (by := s["underfull_interrupting_by_reason"]) else "")),
+        ("gate reasons", _counts(s["reasons"])),
         ("preemptions", s["preemptions"]),
         ("scheduler us per pass", s["scheduler_us_per_pass"]),
         ("runner ms per pass", s["runner_ms_per_pass"]),
         ("wall seconds", s["wall_s"]),
     ]  # fmt: skip
-    for k, v in rows:
-        t.add_row(k, fmt(v) if not isinstance(v, str) else v)
-    runner = s.get("runner")
-    console = Console()
-    console.print(t)
-    if runner:
-        _print_runner(console, runner)
+    return [(k, v if isinstance(v, str) else fmt(v)) for k, v in rows]
 
 
-def _print_runner(console: Any, runner: dict[str, Any]) -> None:
+def _runner_rows(runner: dict[str, Any]) -> list[list[str]]:
+    from densegate.impl.figures import fmt
+
+    keys = ("steps", "tokens", "tokens_per_s", "p50_ms", "p99_ms")
+    return [[kind, *(fmt(k.get(x)) for x in keys)] for kind, k in runner.get("kinds", {}).items()]
+
+
+RUNNER_COLUMNS = ("kind", "steps", "tokens", "tokens/s", "p50 ms", "p99 ms")
+
+
+def _print(s: dict[str, Any]) -> None:
+    title = f"densegate run (gate {s['gate']}, runner {s['runner_kind']})"
+    rows = _rows(s)
+    runner = s.get("runner") or {}
+    steps = _runner_rows(runner)
+    counters = ", ".join(f"{k}={v}" for k, v in runner.items() if k != "kinds")
+    if not _has_rich():
+        width = max(len(k) for k, _ in rows)
+        print("\n".join([title, *(f"{k.ljust(width)}  {v}" for k, v in rows)]))
+        if steps:
+            print("\nrunner steps (real tokens only)")
+            print("\n".join("  ".join(r) for r in [list(RUNNER_COLUMNS), *steps]))
+        if runner:
+            print(f"runner counters: {counters}")
+        return
+    from rich.console import Console
     from rich.table import Table
 
-    kinds = runner.get("kinds", {})
-    if not kinds:
-        return
-    t = Table(title="runner steps (real tokens only)")
-    for col in ("kind", "steps", "tokens", "tokens/s", "p50 ms", "p99 ms"):
-        t.add_column(col)
-    for kind, k in kinds.items():
-        t.add_row(
-            kind,
-            fmt(k.get("steps")),
-            fmt(k.get("tokens")),
-            fmt(k.get("tokens_per_s")),
-            fmt(k.get("p50_ms")),
-            fmt(k.get("p99_ms")),
-        )
+    t = Table(title=title, show_header=False)
+    t.add_column("figure")
+    t.add_column("value")
+    for k, v in rows:
+        t.add_row(k, v)
+    console = Console()
     console.print(t)
-    counters = {k: v for k, v in runner.items() if k != "kinds"}
-    console.print("runner counters: " + ", ".join(f"{k}={v}" for k, v in counters.items()))
+    if steps:
+        t = Table(title="runner steps (real tokens only)")
+        for col in RUNNER_COLUMNS:
+            t.add_column(col)
+        for r in steps:
+            t.add_row(*r)
+        console.print(t)
+    if runner:
+        console.print(f"runner counters: {counters}")

@@ -14,6 +14,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from densegate.cli.bench_names import WORKLOAD_NAMES
+from densegate.cli.flag_types import count, positive_float
+from densegate.cli.options import add_alias, add_quiet
+
 HELP = "propose dense_tokens (B) and max_hold_passes (K) for a workload and a TTFT target"
 
 
@@ -34,8 +38,6 @@ def _ints(values: list[str] | None, flag: str) -> list[int] | None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from densegate.lab.bench import WORKLOADS
-
     p.add_argument(
         "--cost",
         required=True,
@@ -47,24 +49,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--workload",
         nargs="+",
         metavar="NAME",
-        help=f"workloads, space- or comma-separated (default all: {', '.join(WORKLOADS)})",
+        help=f"workloads, space- or comma-separated (default all: {', '.join(WORKLOAD_NAMES)})",
     )
+    add_alias(p, "--workloads", "workload", nargs="+")
     target = p.add_mutually_exclusive_group()
     target.add_argument(
-        "--ttft-ms", type=float, metavar="TARGET", help="TTFT target in modeled milliseconds"
+        "--ttft-ms",
+        type=positive_float,
+        metavar="TARGET",
+        help="TTFT target in modeled milliseconds",
     )
-    target.add_argument("--ttft-passes", type=float, metavar="TARGET", help="TTFT target in passes")
+    target.add_argument(
+        "--ttft-passes", type=positive_float, metavar="TARGET", help="TTFT target in passes"
+    )
     p.add_argument(
         "--dense-tokens",
         nargs="+",
         metavar="B",
-        help="B candidates (default: 1/4, 1/2, 3/4 of the token budget and the config's own)",
+        help="dense_tokens candidates, space- or comma-separated (default: 1/4, 1/2, 3/4 of "
+        "the token budget and the config's own)",
     )
-    p.add_argument("--max-hold", nargs="+", metavar="K", help="K candidates (default 2 4 8 16 32)")
-    p.add_argument("--requests", type=int, metavar="N", help="requests per workload")
+    p.add_argument(
+        "--max-hold-passes",
+        dest="max_hold",
+        nargs="+",
+        metavar="K",
+        help="max_hold_passes candidates, space- or comma-separated (default 2 4 8 16 32)",
+    )
+    add_alias(p, "--max-hold", "max_hold", nargs="+")
+    p.add_argument(
+        "--requests",
+        type=count(1),
+        metavar="N",
+        help="requests per workload (default: each workload's size)",
+    )
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_quiet(p)
 
 
 def bench_replay(workload: str, seed: int, requests: int | None, model: Any) -> Any:
@@ -182,11 +203,9 @@ def main(args: argparse.Namespace) -> int:
     try:
         names = [n for v in args.workload or list(WORKLOADS) for n in v.split(",") if n]
         check_workloads(names, list(WORKLOADS))
-        if args.requests is not None and args.requests < 1:
-            raise ValueError(f"--requests must be >= 1, got {args.requests}")
         dense, holds = default_grid(base.max_num_batched_tokens, base.max_num_seqs)
         dense = _ints(args.dense_tokens, "--dense-tokens") or ([] if args.dense_tokens else dense)
-        holds = _ints(args.max_hold, "--max-hold") or ([] if args.max_hold else holds)
+        holds = _ints(args.max_hold, "--max-hold-passes") or ([] if args.max_hold else holds)
         candidates = grid(dense, holds, base.max_num_batched_tokens)
         target = None
         if args.ttft_ms is not None:

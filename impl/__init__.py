@@ -29,13 +29,17 @@ from densegate.impl.sched.batch import (
     SeqChunk,
 )
 from densegate.impl.sched.block_manager import BlockManager
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.plan import PassPlan, PassRecord
 from densegate.impl.sched.request import Request, RequestStatus
-from densegate.impl.sched.scheduler import PassPlan, PassRecord, Scheduler, SchedulerConfig
+from densegate.impl.sched.scheduler import Scheduler
 from densegate.impl.traces.workload import TraceRequest, load_trace, synthetic_trace
 
 if TYPE_CHECKING:
-    from densegate.impl.runners.model import DecoderModel, ModelConfig, reference_generate
-    from densegate.impl.runners.torch_runner import RunnerStats, TorchRunner
+    from densegate.impl.runners.model import DecoderModel, reference_generate
+    from densegate.impl.runners.model_config import ModelConfig
+    from densegate.impl.runners.runner_stats import RunnerStats
+    from densegate.impl.runners.torch_runner import TorchRunner
 
 __all__ = [
     "VECTOR_SIZE",
@@ -79,9 +83,9 @@ __all__ = [
 
 _LAZY = {
     "DecoderModel": "densegate.impl.runners.model",
-    "ModelConfig": "densegate.impl.runners.model",
+    "ModelConfig": "densegate.impl.runners.model_config",
     "reference_generate": "densegate.impl.runners.model",
-    "RunnerStats": "densegate.impl.runners.torch_runner",
+    "RunnerStats": "densegate.impl.runners.runner_stats",
     "TorchRunner": "densegate.impl.runners.torch_runner",
 }
 

@@ -43,14 +43,13 @@ gives its length.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple, SupportsIndex
 
 from densegate.impl.gate import Decision, Reason
-from densegate.impl.validation import check_int
+from densegate.impl.validation import check_bool, check_int, exact_fraction, index_int
 
 __all__ = [
     "ANY_WORK",
@@ -109,11 +108,6 @@ _SLOTS = (
 _DECISIONS: dict[Reason, Decision] = {r: Decision(r is not Reason.HOLD, r) for r in Reason}
 
 
-def _check_bool(owner: str, field: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(f"{owner}.{field} must be a bool, got {value!r}")
-
-
 @dataclass(frozen=True, slots=True)
 class RankObservation:
     """What one rank knows locally this tick; only its vector leaves the rank.
@@ -132,8 +126,8 @@ class RankObservation:
     def __post_init__(self) -> None:
         check_int("RankObservation", "waiting_tokens", self.waiting_tokens, 0)
         check_int("RankObservation", "decode_seqs", self.decode_seqs, 0)
-        _check_bool("RankObservation", "kv_pressure", self.kv_pressure)
-        _check_bool("RankObservation", "partial_prefill", self.partial_prefill)
+        check_bool("RankObservation", "kv_pressure", self.kv_pressure)
+        check_bool("RankObservation", "partial_prefill", self.partial_prefill)
 
     def to_vector(self, dense_tokens: int) -> list[int]:
         """This rank's contribution to the SUM all-reduce (see the module's layout)."""
@@ -193,14 +187,8 @@ class ReducedObservation:
                 f"ReducedObservation.from_sum: vector must have {VECTOR_SIZE} slots, "
                 f"got {len(values)}"
             )
-        ints = []
-        for name, v in zip(_SLOTS, values, strict=True):
-            if isinstance(v, bool):
-                raise ValueError(f"ReducedObservation.{name} must be an int, got {v!r}")
-            try:
-                ints.append(operator.index(v))
-            except TypeError:
-                raise ValueError(f"ReducedObservation.{name} must be an int, got {v!r}") from None
+        slots = zip(_SLOTS, values, strict=True)
+        ints = [index_int(f"ReducedObservation.{name}", v) for name, v in slots]
         if ints[RANKS] != world_size:
             raise ValueError(
                 f"ReducedObservation.ranks must equal world_size={world_size}, got {ints[RANKS]}"
@@ -209,15 +197,6 @@ class ReducedObservation:
 
     def to_vector(self) -> list[int]:
         return [getattr(self, name) for name in _SLOTS]
-
-
-def _fraction(owner: str, field: str, value: object) -> Fraction:
-    """A fill target as an exact rational: floats are read as the decimal a person wrote."""
-    if isinstance(value, bool) or not isinstance(value, int | float | Fraction):
-        raise ValueError(f"{owner}.{field} must be a number, got {value!r}")
-    if not (0 < value <= 1):
-        raise ValueError(f"{owner}.{field} must be in (0, 1], got {value!r}")
-    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,15 +223,15 @@ class AlignedGateConfig:
         owner = "AlignedGateConfig"
         check_int(owner, "dense_tokens", self.dense_tokens, 1)
         check_int(owner, "max_hold_passes", self.max_hold_passes, 1)
-        _check_bool(owner, "enabled", self.enabled)
-        _fraction(owner, "target_fill", self.target_fill)
+        check_bool(owner, "enabled", self.enabled)
+        exact_fraction(owner, "target_fill", self.target_fill)
         check_int(owner, "stall_ticks", self.stall_ticks, 0)
-        _check_bool(owner, "kv_pressure_valve", self.kv_pressure_valve)
+        check_bool(owner, "kv_pressure_valve", self.kv_pressure_valve)
 
     @property
     def fill_tokens(self) -> int:
         """Per-rank fill threshold ``ceil(target_fill * dense_tokens)``, in [1, dense_tokens]."""
-        exact = _fraction("AlignedGateConfig", "target_fill", self.target_fill)
+        exact = exact_fraction("AlignedGateConfig", "target_fill", self.target_fill)
         return math.ceil(exact * self.dense_tokens)
 
 

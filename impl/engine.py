@@ -17,9 +17,11 @@ from densegate.impl.runners.hf_config import checkpoint_dir, model_len
 from densegate.impl.runners.tokenizer import TextCodec
 from densegate.impl.sched.batch import KVLayout, NullRunner, Runner
 from densegate.impl.sched.block_manager import blocks_for
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import Request, RequestStatus, stop_set
-from densegate.impl.sched.scheduler import PassPlan, Scheduler, SchedulerConfig
-from densegate.impl.validation import is_int
+from densegate.impl.sched.scheduler import Scheduler
+from densegate.impl.validation import check_choice, check_optional_int, is_int
 
 __all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
 
@@ -52,17 +54,12 @@ class EngineConfig(SchedulerConfig):
         if self.model is not None and self.runner == "null":
             object.__setattr__(self, "runner", "torch")
         super().__post_init__()
-        if self.runner not in _RUNNERS:
-            raise ValueError(f"EngineConfig.runner must be one of {_RUNNERS}, got {self.runner!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"EngineConfig.dtype must be one of {_DTYPES}, got {self.dtype!r}")
+        check_choice("EngineConfig", "runner", self.runner, _RUNNERS)
+        check_choice("EngineConfig", "dtype", self.dtype, _DTYPES)
         if not isinstance(self.device, str) or not self.device:
             raise ValueError(f"EngineConfig.device must be a device string, got {self.device!r}")
         # num_threads is ignored by the null runner, so a config can switch runners.
-        if self.num_threads is not None and (not is_int(self.num_threads) or self.num_threads < 1):
-            raise ValueError(
-                f"EngineConfig.num_threads must be an int >= 1 or None, got {self.num_threads!r}"
-            )
+        check_optional_int("EngineConfig", "num_threads", self.num_threads, 1)
 
     @property
     def layout(self) -> KVLayout:

@@ -20,7 +20,7 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from densegate.impl.validation import check_int
+from densegate.impl.validation import check_bool, check_int
 
 __all__ = ["Decision", "GateConfig", "GateInput", "GatePolicy", "PrefillGate", "Reason"]
 
@@ -77,8 +77,7 @@ class GateConfig:
     def __post_init__(self) -> None:
         check_int("GateConfig", "dense_tokens", self.dense_tokens, 1)
         check_int("GateConfig", "max_hold_passes", self.max_hold_passes, 1)
-        if not isinstance(self.enabled, bool):
-            raise ValueError(f"GateConfig.enabled must be a bool, got {self.enabled!r}")
+        check_bool("GateConfig", "enabled", self.enabled)
         check_int("GateConfig", "stall_passes", self.stall_passes, 0)
 
 

@@ -7,16 +7,25 @@ pass: the error names the owner, the field and the value it got.
 from __future__ import annotations
 
 import math
+import operator
+from fractions import Fraction
 from typing import TypeGuard
 
 __all__ = [
+    "bool_problem",
+    "check_bool",
     "check_choice",
     "check_fraction",
     "check_instance",
     "check_int",
     "check_nonnegative_float",
+    "check_optional_int",
     "check_positive_float",
+    "exact_fraction",
+    "index_int",
+    "int_problem",
     "is_int",
+    "number_problem",
 ]
 
 
@@ -67,3 +76,78 @@ def check_instance(owner: str, field: str, value: object, kind: type) -> None:
     """Raise ``TypeError`` unless ``value`` is a ``kind``."""
     if not isinstance(value, kind):
         raise TypeError(f"{owner}.{field} must be a {kind.__name__}, got {value!r}")
+
+
+def int_problem(
+    label: str, value: object, minimum: int | None = None, maximum: int | None = None
+) -> str | None:
+    """Why ``value`` is not an int (not a bool) in ``[minimum, maximum]``, or None.
+
+    It reads ``"<label> must be ..., got <value>"``: for a field whose label is not
+    ``owner.field`` (a JSON key, a trace entry, a vLLM config key) or whose error is
+    not a plain ``ValueError`` (a checkpoint's).
+    """
+    if not is_int(value):
+        return f"{label} must be an int, got {value!r}"
+    if minimum is not None and value < minimum:
+        return f"{label} must be >= {minimum}, got {value}"
+    if maximum is not None and value > maximum:
+        return f"{label} must be <= {maximum}, got {value}"
+    return None
+
+
+def number_problem(
+    label: str, value: object, *, minimum: float | None = None, positive: bool = False
+) -> str | None:
+    """Why ``value`` is not a finite int or float (not a bool) ``>= minimum`` (``> 0`` if
+    ``positive``), or None; worded as ``int_problem``'s."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{label} must be a number, got {value!r}"
+    if not math.isfinite(value):
+        return f"{label} must be finite, got {value!r}"
+    if positive and value <= 0:
+        return f"{label} must be > 0, got {value!r}"
+    if minimum is not None and value < minimum:
+        return f"{label} must be >= {minimum}, got {value!r}"
+    return None
+
+
+def bool_problem(label: str, value: object) -> str | None:
+    """Why ``value`` is not a bool (``1`` and ``"yes"`` are not), or None."""
+    if not isinstance(value, bool):
+        return f"{label} must be a bool, got {value!r}"
+    return None
+
+
+def check_bool(owner: str, field: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a bool."""
+    why = bool_problem(f"{owner}.{field}", value)
+    if why is not None:
+        raise ValueError(why)
+
+
+def check_optional_int(owner: str, field: str, value: object, minimum: int | None = None) -> None:
+    """Raise ``ValueError`` unless ``value`` is None or an int (not a bool) ``>= minimum``."""
+    if value is not None:
+        check_int(owner, field, value, minimum)
+
+
+def index_int(label: str, value: object) -> int:
+    """``value`` as an int if ``operator.index`` takes it (numpy and torch ints too) and it
+    is no bool; else ``ValueError`` naming ``label``: an all-reduced slot arrives so."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise ValueError(f"{label} must be an int, got {value!r}")
+
+
+def exact_fraction(owner: str, field: str, value: object) -> Fraction:
+    """``value`` (an int, a float or a ``Fraction``, not a bool) in ``(0, 1]`` as an exact
+    ``Fraction``, a float read as the decimal a person wrote; else ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Fraction)):
+        raise ValueError(f"{owner}.{field} must be a number, got {value!r}")
+    if not 0 < value <= 1:
+        raise ValueError(f"{owner}.{field} must be in (0, 1], got {value!r}")
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import z3
 
-from densegate.proofs.prover import Monitor, Mutant, Prop, Step
+from densegate.proofs.obligation import Monitor, Mutant, Prop, Step
 from densegate.spec.machine import Command, Machine, Vars
 
 __all__ = [

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import z3
 
+from densegate.proofs.results import ObligationResult, scope_statement
 from densegate.spec.machine import Command, Machine, Vars
 
-__all__ = ["Monitor", "Mutant", "Obligation", "Prop", "Step"]
+__all__ = ["Monitor", "Mutant", "Named", "Obligation", "Prop", "Provable", "ProvesItself", "Step"]
 
 
 @dataclass(frozen=True)
@@ -89,3 +91,52 @@ class Obligation:
     solver_options: Mapping[str, object] = field(default_factory=dict)
     """z3 options for this obligation's queries (speed only: every answer is still
     ``unsat``/``sat`` from z3, and ``unknown`` still fails)."""
+
+    @property
+    def cost(self) -> int:
+        """A guess at the proof's cost, for ordering work only: the machine's variables."""
+        return len(self.machine.param_sorts) + len(self.machine.state_sorts)
+
+    @property
+    def bound_text(self) -> str | None:
+        """The bound as the report names it (None: proved by induction, unbounded)."""
+        return None if self.bound is None else (self.bound_note or f"depth {self.bound}")
+
+    @property
+    def scope_statement(self) -> str:
+        """What the proof covers, as the report prints it."""
+        return scope_statement("model", self.bound_text, self.scope)
+
+
+class Named(Protocol):
+    """A broken variant as ``densegate prove`` lists it (a model ``Mutant`` or a code one)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class Provable(Protocol):
+    """What ``densegate prove`` runs: a model ``Obligation`` (the prover decides it) or a
+    code obligation that proves itself (``densegate.proofs.refinement``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def level(self) -> str: ...
+    @property
+    def statement(self) -> str: ...
+    @property
+    def machine(self) -> Machine: ...
+    @property
+    def mutants(self) -> Sequence[Named]: ...
+    @property
+    def cost(self) -> int: ...
+    @property
+    def scope_statement(self) -> str: ...
+
+
+@runtime_checkable
+class ProvesItself(Protocol):
+    """A code obligation: it runs its own checks and refutes its own mutants."""
+
+    def prove(self) -> ObligationResult: ...

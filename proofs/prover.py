@@ -24,26 +24,12 @@ from typing import Any
 
 import z3
 
-from densegate.proofs.obligation import Monitor, Mutant, Obligation, Prop, Step
+from densegate.proofs.obligation import Monitor, Mutant, Obligation, Step
 from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
-from densegate.proofs.trace_rows import GUARDS, model_trace
+from densegate.proofs.trace_rows import model_trace
 from densegate.spec.machine import Frame, Machine, Vars
 
-__all__ = [
-    "GUARDS",
-    "CheckResult",
-    "Monitor",
-    "Mutant",
-    "MutantResult",
-    "Obligation",
-    "ObligationResult",
-    "Prop",
-    "Step",
-    "Trace",
-    "find_trace",
-    "prove",
-    "refute",
-]
+__all__ = ["RLIMIT", "find_trace", "prove", "refute"]
 
 RLIMIT = 150_000_000
 """z3 resource budget per query; exceeding it is reported as ``unknown``."""
@@ -350,7 +336,6 @@ def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:
         status = verdict
     seconds = time.perf_counter() - t0
     refuted = [_refute(ob, m) for m in ob.mutants] if mutants else []
-    bound = None if ob.bound is None else (ob.bound_note or f"depth {ob.bound}")
     return ObligationResult(
         ob.id,
         ob.level,
@@ -358,7 +343,7 @@ def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:
         status,
         seconds,
         parametric=ob.bound is None and ob.scope is None,
-        bound=bound,
+        bound=ob.bound_text,
         scope=ob.scope,
         checks=checks,
         mutants=refuted,

@@ -1,64 +1,150 @@
-"""Every obligation ``densegate prove`` knows, by level, imported only when asked for."""
+"""The one list of what ``densegate prove`` proves: its levels, each naming its obligations.
+
+The command, its ``--help``, the report and the tests all read ``LEVELS``; no other
+place lists a level or an obligation id. Each level names, in report order, the ids
+it proves and the module lists that hold them (``Source``), with the catalogs of broken
+variants those obligations must refute. Loading a level checks the lists against the
+ids, so an obligation added to a module but not here (or the reverse) is an error, not
+a silently unproved claim. Obligation modules load only when a level is loaded.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import import_module
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-from densegate.proofs.prover import MutantResult, Obligation, ObligationResult
-from densegate.proofs.prover import prove as prove_model
-from densegate.proofs.prover import refute as refute_model
+if TYPE_CHECKING:
+    from densegate.proofs.obligation import Provable
 
-__all__ = ["LEVELS", "Provable", "obligations", "prove", "refute"]
-
-
-class Provable(Protocol):
-    """An obligation that proves itself (the code-level ones: refinement by symbolic execution)."""
-
-    @property
-    def id(self) -> str: ...
-
-    def prove(self) -> ObligationResult: ...
+__all__ = ["LEVELS", "Level", "RegistryError", "Source", "level", "obligations"]
 
 
-LEVELS: dict[str, tuple[str, str]] = {
-    "gate": ("densegate.proofs.gate_obligations", "GATE_OBLIGATIONS"),
-    "scheduler": ("densegate.proofs.scheduler_obligations", "SCHEDULER_OBLIGATIONS"),
-    "dp": ("densegate.proofs.dp_obligations", "DP_OBLIGATIONS"),
-    "refinement": ("densegate.proofs.refinement.obligations", "REFINEMENT_OBLIGATIONS"),
-    "refinement-scheduler": (
-        "densegate.proofs.refinement.obligations",
-        "SCHEDULER_REFINEMENT_OBLIGATIONS",
+class RegistryError(ValueError):
+    """The registry and the obligation modules disagree, or a level or id is unknown."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A module's list of obligations and, if it defines one, its catalog of mutants."""
+
+    module: str
+    obligations: str
+    """The attribute holding the module's obligations (a sequence of ``Provable``)."""
+    mutants: str | None = None
+    """The attribute holding the module's broken variants by name (a mapping), each of
+    which some obligation of the level must refute; None: the module keeps no catalog
+    (each broken variant is built inside the obligation that refutes it)."""
+
+    def load(self) -> Sequence[Provable]:
+        loaded: Sequence[Provable] = getattr(import_module(self.module), self.obligations)
+        return loaded
+
+    def catalog(self) -> Mapping[str, object]:
+        if self.mutants is None:
+            return {}
+        named: Mapping[str, object] = getattr(import_module(self.module), self.mutants)
+        return named
+
+
+@dataclass(frozen=True)
+class Level:
+    """A level of ``densegate prove --level``: what it is about, its ids, where they live."""
+
+    name: str
+    summary: str
+    """One line for ``--help`` and the docs."""
+    ids: tuple[str, ...]
+    """The obligations it proves, in report order."""
+    sources: tuple[Source, ...]
+
+    def obligations(self) -> list[Provable]:
+        """The level's obligations in ``ids`` order, checked against the registry."""
+        found: dict[str, Provable] = {}
+        for source in self.sources:
+            for ob in source.load():
+                if ob.id in found:
+                    raise RegistryError(f"level {self.name}: obligation {ob.id} listed twice")
+                if ob.level != self.name:
+                    raise RegistryError(f"{ob.id} says level {ob.level}, registry {self.name}")
+                found[ob.id] = ob
+        if set(found) != set(self.ids):
+            extra, missing = sorted(set(found) - set(self.ids)), sorted(set(self.ids) - set(found))
+            raise RegistryError(
+                f"level {self.name}: not in the registry {extra}, in no module {missing}"
+            )
+        return [found[i] for i in self.ids]
+
+    def mutant_names(self) -> set[str]:
+        """Every name in the level's mutant catalogs."""
+        return {name for source in self.sources for name in source.catalog()}
+
+
+def _scheduler(module: str, obligations: str, mutants: str | None = None) -> Source:
+    return Source(f"densegate.proofs.scheduler.{module}", obligations, mutants)
+
+
+LEVELS: tuple[Level, ...] = (
+    Level(
+        "gate",
+        "the one-rank gate (P1-P7) and its STALL valve (V1-V4), for all parameters",
+        ("P1", "P2", "P3", "P4", "P5", "P6", "P7", "V1", "V2", "V3", "V4"),
+        (
+            Source("densegate.proofs.gate_obligations", "GATE_OBLIGATIONS", "GATE_MUTANTS"),
+            Source(
+                "densegate.proofs.stall_gate_obligations",
+                "STALL_GATE_OBLIGATIONS",
+                "STALL_GATE_MUTANTS",
+            ),
+        ),
     ),
-}
-"""level -> (module, list attribute); later levels register here."""
+    Level(
+        "scheduler",
+        "the scheduler (S1-S11) at block size 2: S8 at 3 request slots, the others for any "
+        "number of requests",
+        tuple(f"S{i}" for i in range(1, 12)),
+        (
+            _scheduler("ledger", "LEDGER_OBLIGATIONS"),
+            _scheduler("summary", "SUMMARY_OBLIGATIONS"),
+            _scheduler("window", "WINDOW_OBLIGATIONS"),
+            _scheduler("scans", "SCAN_OBLIGATIONS"),
+            _scheduler("per_slot", "PER_SLOT_OBLIGATIONS", "PER_SLOT_MUTANTS"),
+            _scheduler("life", "LIFE_OBLIGATIONS"),
+            _scheduler("decode_scan", "DECODE_OBLIGATIONS"),
+        ),
+    ),
+    Level(
+        "dp",
+        "the aligned gate over N ranks (D1-D7), for all parameters and any N",
+        tuple(f"D{i}" for i in range(1, 8)),
+        (Source("densegate.proofs.dp_obligations", "DP_OBLIGATIONS", "DP_MUTANTS"),),
+    ),
+    Level(
+        "refinement",
+        "the shipped PrefillGate and AlignedGate refine their machines (R1, R2), every path",
+        ("R1", "R2"),
+        (Source("densegate.proofs.refinement.obligations", "REFINEMENT_OBLIGATIONS"),),
+    ),
+    Level(
+        "refinement-scheduler",
+        "the shipped Scheduler plans as the spec scheduler (R3), every path at 2 requests, "
+        "block size 2",
+        ("R3",),
+        (Source("densegate.proofs.refinement.obligations", "SCHEDULER_REFINEMENT_OBLIGATIONS"),),
+    ),
+)
+"""Every level, in report order (``densegate prove`` with no ``--level`` proves them all)."""
 
-ALSO: dict[str, tuple[tuple[str, str], ...]] = {
-    "gate": (("densegate.proofs.stall_gate_obligations", "STALL_GATE_OBLIGATIONS"),),
-}
-"""Further lists proved at a level, after its own (the one-rank STALL valve's V1-V4)."""
+
+def level(name: str) -> Level:
+    for lv in LEVELS:
+        if lv.name == name:
+            return lv
+    raise RegistryError(f"unknown proof level {name!r}; known: {[lv.name for lv in LEVELS]}")
 
 
-def obligations(levels: list[str] | None = None) -> list[Obligation | Provable]:
-    chosen = levels if levels else list(LEVELS)
-    unknown = [lv for lv in chosen if lv not in LEVELS]
-    if unknown:
-        raise ValueError(f"unknown proof level(s) {unknown}; known: {sorted(LEVELS)}")
-    out: list[Obligation | Provable] = []
-    for lv in chosen:
-        for module, attr in (LEVELS[lv], *ALSO.get(lv, ())):
-            out.extend(getattr(import_module(module), attr))
-    return out
-
-
-def prove(ob: Obligation | Provable, mutants: bool = True) -> ObligationResult:
-    """A model obligation goes to the prover; a code obligation runs its own checks (its
-    mutants always with them: they start from states its proof sampled). ``mutants``
-    False leaves a model obligation's mutants to ``refute``."""
-    return prove_model(ob, mutants) if isinstance(ob, Obligation) else ob.prove()
-
-
-def refute(ob: Obligation | Provable) -> list[MutantResult]:
-    """A model obligation's mutants, each refuted on its own (none for a code obligation,
-    whose ``prove`` refutes them)."""
-    return [refute_model(ob, m) for m in ob.mutants] if isinstance(ob, Obligation) else []
+def obligations(levels: Sequence[str] | None = None) -> list[Provable]:
+    """The obligations of ``levels`` (every level when None or empty), in report order."""
+    chosen = [level(name) for name in levels] if levels else list(LEVELS)
+    return [ob for lv in chosen for ob in lv.obligations()]

@@ -7,23 +7,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from densegate.proofs.prover import MutantResult, ObligationResult, Trace
+from densegate.proofs.results import MutantResult, ObligationResult, Trace
 
 __all__ = ["print_report", "render_trace", "to_json"]
 
 _STYLE = {"proved": "green", "refuted": "green", "failed": "red", "survived": "red"}
-
-
-def _about(r: ObligationResult) -> str:
-    """Whether the obligation is about the Z3 model (spec/) or the shipped Python (impl/)."""
-    return "code" if r.level.startswith("refinement") else "model"
-
-
-def _scope(r: ObligationResult) -> str:
-    base = "all parameters" if r.bound is None else f"bounded: {r.bound}"
-    if r.scope and _about(r) == "code":
-        return f"{base}; {r.scope}"
-    return f"{base}; fixed: {r.scope}" if r.scope else base
 
 
 def _mutant_json(m: MutantResult) -> dict[str, Any]:
@@ -34,6 +22,7 @@ def _mutant_json(m: MutantResult) -> dict[str, Any]:
         "seconds": round(m.seconds, 4),
         "params": m.trace.params if m.trace else None,
         "trace": m.trace.rows if m.trace else [],
+        "display": m.trace.display if m.trace and m.trace.display is not None else None,
         "reason": m.reason,
     }
 
@@ -74,18 +63,22 @@ def _sanity_cell(r: ObligationResult) -> str:
 
 
 def to_json(results: list[ObligationResult], seconds: float) -> dict[str, Any]:
+    """One object: per obligation its level, id, statement, status, what the proof covers
+    (``scope_statement``), its checks and its mutants (status, trace as rows and as the
+    report prints them); the run's seconds."""
     return {
         "obligations": [
             {
                 "id": r.id,
                 "level": r.level,
-                "about": _about(r),
+                "about": r.about,
                 "statement": r.statement,
                 "status": r.status,
                 "seconds": round(r.seconds, 4),
                 "parametric": r.parametric,
                 "bound": r.bound,
                 "scope": r.scope,
+                "scope_statement": r.scope_statement,
                 "checks": [
                     {"name": c.name, "status": c.status, "reason": c.reason} for c in r.checks
                 ],
@@ -153,11 +146,11 @@ def print_report(
         table.add_row(
             r.id,
             r.level,
-            _about(r),
+            r.about,
             r.statement,
             f"[{style}]{r.status}[/]",
             f"{r.seconds:.3f}",
-            _scope(r),
+            r.scope_statement,
             f"[{mstyle}]{refuted}/{len(r.mutants)} refuted[/]",
             _sanity_cell(r),
         )

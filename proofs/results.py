@@ -8,7 +8,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CheckResult", "MutantResult", "ObligationResult", "Trace"]
+__all__ = ["CheckResult", "MutantResult", "ObligationResult", "Trace", "scope_statement"]
+
+
+def scope_statement(about: str, bound: str | None, scope: str | None) -> str:
+    """What a proof covers, in words: every parameter value, or the bound it is checked
+    to, then its scope. A model obligation's scope fixes some parameters (say, 3 request
+    slots), so the rest are "all other parameters"; a code obligation's says how the code
+    was explored."""
+    if bound is not None:
+        return f"bounded: {bound}; {scope}" if scope else f"bounded: {bound}"
+    if not scope:
+        return "all parameters"
+    return f"all parameters; {scope}" if about == "code" else f"all other parameters; {scope}"
 
 
 @dataclass
@@ -56,6 +68,13 @@ class ObligationResult:
     sanity: list[CheckResult] = field(default_factory=list)
     """Non-vacuity and totality: the premise and every trigger satisfiable (``sat``),
     exactly one command enabled in every premise state (``unsat`` of its negation)."""
+    about: str = "model"
+    """What was proved: ``model`` (the Z3 spec) or ``code`` (the shipped Python)."""
+
+    @property
+    def scope_statement(self) -> str:
+        """What the proof covers, as the report prints it (``scope_statement``)."""
+        return scope_statement(self.about, self.bound, self.scope)
 
     @property
     def ok(self) -> bool:

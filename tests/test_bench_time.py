@@ -83,7 +83,7 @@ def test_measured_bench_pools_rounds(
 
 def test_dp_timing_table_only_for_a_timed_runner() -> None:
     from densegate.impl.dp.report import RankReport
-    from densegate.impl.dp.timing import phase_timing
+    from densegate.lab.dp.timing import phase_timing
 
     def rep(phase: str, runner: str, tokens: int) -> RankReport:
         r = RankReport(0, 1, phase, "aligned", "on", runner, "round-robin")

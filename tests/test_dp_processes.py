@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from densegate.cli.dp import launch
 from densegate.cli.main import main as cli_main
 from densegate.impl.dp.config import DPConfig
-from densegate.impl.dp.inject import CRASH_EXIT_CODE
+from densegate.impl.dp.launch import launch
 from densegate.impl.dp.readmission import StreamView
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.traces.replay import run_trace
 from densegate.impl.traces.workload import synthetic_trace
+from densegate.lab.dp.inject import CRASH_EXIT_CODE, Fault, FaultHooks
 from tests.support.dp_small import ENGINE, small_trace
 
 pytestmark = pytest.mark.skipif(
@@ -65,7 +65,7 @@ def test_densegate_run_dp_2_logs_the_same_decisions_on_both_ranks(
 
 def test_four_gloo_ranks_log_the_same_decisions() -> None:
     trace = small_trace(24, seed=4)
-    result = launch(trace, DPConfig(ENGINE, router="least-loaded", baselines=False), 4)
+    result = launch(trace, DPConfig(ENGINE, router="least-loaded"), 4)
     assert result.exitcodes == [0, 0, 0, 0]
     reps = result.phase("coordinated")
     assert sorted(reps) == [0, 1, 2, 3]
@@ -89,7 +89,7 @@ def test_greedy_tokens_match_a_single_rank_run() -> None:
         dtype="float64",
     )
     trace = synthetic_trace(8, 2, rate=1.0, prompt_median=20, output_median=8, max_model_len=96)
-    result = launch(trace, DPConfig(engine, baselines=False, keep_outputs=True), 2)
+    result = launch(trace, DPConfig(engine, keep_outputs=True), 2)
     assert result.exitcodes == [0, 0]
     outputs: dict[str, list[int]] = {}
     for rep in result.phase("coordinated").values():
@@ -105,8 +105,8 @@ def test_greedy_tokens_match_a_single_rank_run() -> None:
 def test_a_killed_rank_s_requests_finish_on_the_survivors() -> None:
     n, timeout = 30, 5.0
     trace = small_trace(n, seed=9, rate=1.0)
-    config = DPConfig(ENGINE, timeout_s=timeout, crash=(1, 6), baselines=False)
-    result = launch(trace, config, 3)
+    config = DPConfig(ENGINE, timeout_s=timeout)
+    result = launch(trace, config, 3, hooks=FaultHooks((Fault(1, 6),)))
     assert result.exitcodes == [0, CRASH_EXIT_CODE, 0]
     reps = result.phase("coordinated")
     assert sorted(reps) == [0, 2]
@@ -114,7 +114,8 @@ def test_a_killed_rank_s_requests_finish_on_the_survivors() -> None:
     for rep in reps.values():
         f = rep.faults[0]
         assert f["tick"] == 6 and f["dead_ranks"] == [1]
-        assert f["detected_after_s"] < timeout and f["recovery_s"] < timeout
+        # noticed from the dead mark or the closed socket, not by waiting out the timeout
+        assert "did not complete within" not in f["error"], f
         assert rep.unfinished == [] and rep.kv_blocks == [ENGINE.num_blocks] * 2
     moved = reps[0].readmitted
     assert moved and all(src == 1 for src, _ in moved.values())
@@ -166,14 +167,13 @@ def test_the_env_rendezvous_entry_point_runs_without_the_launcher(tmp_path: Path
 def test_a_hung_rank_times_out_and_the_launcher_kills_it() -> None:
     n, timeout = 16, 1.5
     trace = small_trace(n, seed=2, rate=1.0)
-    config = DPConfig(ENGINE, timeout_s=timeout, crash=(0, 5), crash_mode="hang", baselines=False)
-    result = launch(trace, config, 2)
+    config = DPConfig(ENGINE, timeout_s=timeout)
+    result = launch(trace, config, 2, hooks=FaultHooks((Fault(0, 5, "hang"),)))
     assert result.exitcodes[0] != 0 and result.exitcodes[1] == 0  # rank 0 killed, 1 finished
     (rep,) = result.reports[1]
     f = rep.faults[0]
     assert f["dead_ranks"] == [0]
-    assert timeout * 0.9 <= f["detected_after_s"] < timeout * 3
-    assert f["recovery_s"] < config.grace + 2.0
+    assert f"did not complete within {timeout}s" in f["error"], f  # noticed by the timeout
     assert rep.unfinished == []
     summary = result.summary()
     assert summary["finished"] == n and summary["unaccounted"] == []

@@ -12,16 +12,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from densegate.cli.dp import merge_reports
-from densegate.impl.dp.config import DPConfig, Fault
+from densegate.impl.dp.config import DPConfig, Phase
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import AlignmentStats, RankReport
 from densegate.impl.dp.router import ROUTERS
+from densegate.impl.dp.summary import merge_reports
 from densegate.impl.dp_gate import LOADS, PREV_REASONS, vector_size
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Reason
 from densegate.impl.traces.replay import run_trace, summarize
 from densegate.impl.traces.workload import synthetic_trace
+from densegate.lab.dp.inject import Fault
+from densegate.lab.dp.phases import bench_phases
 from tests.support.dp_small import ENGINE, small_trace
 from tests.support.dp_threads import ThreadGroup, run_group
 
@@ -59,7 +61,8 @@ def test_every_rank_logs_the_same_decisions_and_every_request_finishes_once(
     world: int, router: str
 ) -> None:
     trace = small_trace(40, seed=world)
-    results = run_group(world, trace, DPConfig(ENGINE, router=router)).reports
+    config = DPConfig(ENGINE, router=router, phases=bench_phases(ENGINE))
+    results = run_group(world, trace, config).reports
     check_healthy(results, world, len(trace))
 
 
@@ -96,6 +99,7 @@ def test_random_runs_never_diverge(
         stall_ticks=stall,
         kv_pressure_valve=kv_valve,
         kv_high_watermark=0.5,
+        phases=bench_phases(engine),
     )
     trace = small_trace(n, seed, rate)
     check_healthy(run_group(world, trace, config).reports, world, n)
@@ -105,7 +109,7 @@ def test_one_rank_is_the_single_rank_engine() -> None:
     """With one rank and the defaults the aligned gate is PrefillGate (D6), and the loop
     replays arrivals as run_trace does, so the pass logs must match pass for pass."""
     trace = small_trace(60, seed=7)
-    config = DPConfig(ENGINE, baselines=False)
+    config = DPConfig(ENGINE)
     (rep,) = run_group(1, trace, config).reports[0]
     engine = Engine(ENGINE)
     stats = run_trace(engine, trace, seed=config.seed)
@@ -142,7 +146,7 @@ def test_vector_layout() -> None:
 
 def test_merge_reports_flags_a_request_nobody_accounts_for() -> None:
     trace = small_trace(10, seed=1)
-    results = run_group(2, trace, DPConfig(ENGINE, baselines=False)).reports
+    results = run_group(2, trace, DPConfig(ENGINE)).reports
     dicts = {r: [x.as_dict() for x in v] for r, v in results.items()}
     victim = dicts[0][0]["finished"].pop()
     summary = merge_reports(2, dicts, 10, 0.0)
@@ -157,12 +161,22 @@ def test_config_rejects_bad_values() -> None:
         DPConfig(ENGINE, timeout_s=0)
     with pytest.raises(ValueError):
         DPConfig(ENGINE, target_fill=1.5)
-    with pytest.raises(ValueError):
-        DPConfig(ENGINE, crash_mode="explode")
+    with pytest.raises(ValueError, match=r"DPConfig\.kv_high_watermark"):
+        DPConfig(ENGINE, kv_high_watermark=0)
+    with pytest.raises(ValueError, match=r"DPConfig\.grace_s"):
+        DPConfig(ENGINE, grace_s=-1.0)
     with pytest.raises(ValueError, match=r"Fault\.mode"):
         Fault(0, 1, "explode")
     with pytest.raises(ValueError, match=r"Fault\.tick"):
         Fault(0, -1)
+    with pytest.raises(ValueError, match=r"Phase\.coordination"):
+        Phase("coordinated", "global", ENGINE)
+    with pytest.raises(ValueError, match=r"DPConfig\.phases\[0\] must be the aligned"):
+        DPConfig(ENGINE, phases=(Phase("coordinated", "local", ENGINE),))
+    with pytest.raises(ValueError, match=r"two phases named 'coordinated'"):
+        DPConfig(ENGINE, phases=bench_phases(ENGINE, baselines=False) * 2)
+    with pytest.raises(TypeError, match=r"DPConfig\.phases\[1\]"):
+        DPConfig(ENGINE, phases=(*bench_phases(ENGINE, baselines=False), "local"))  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         run_rank(2, 2, [], DPConfig(ENGINE), ThreadGroup(2, 1.0).member(0))
 
@@ -170,7 +184,7 @@ def test_config_rejects_bad_values() -> None:
 def test_least_loaded_balances_prompt_tokens_across_ranks() -> None:
     engine = EngineConfig(max_num_seqs=128, num_blocks=4096)
     trace = synthetic_trace(200, 0)
-    config = DPConfig(engine, router="least-loaded", baselines=False)
+    config = DPConfig(engine, router="least-loaded")
     reps = phase(run_group(4, trace, config).reports, "coordinated")
     prompts = [rep.figures["prompt_tokens"] for rep in reps.values()]
     assert max(prompts) < 1.1 * min(prompts)

@@ -12,7 +12,8 @@ from collections import Counter
 import pytest
 
 from densegate.impl import Engine, EngineConfig, NullRunner, Request, RequestStatus
-from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.scheduler import Scheduler
 
 
 def small(**kw: object) -> EngineConfig:

@@ -33,10 +33,12 @@ import densegate.impl.runners.torch_runner as torch_runner
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Reason
 from densegate.impl.runners.cuda_graphs import choose_bucket
-from densegate.impl.runners.model import DecoderModel, ModelConfig, reference_generate
-from densegate.impl.runners.torch_runner import TorchRunner, decode_groups
+from densegate.impl.runners.forward_inputs import decode_groups
+from densegate.impl.runners.model import DecoderModel, reference_generate
+from densegate.impl.runners.model_config import ModelConfig
+from densegate.impl.runners.torch_runner import TorchRunner
 from densegate.impl.sched.batch import ScheduledBatch
-from densegate.impl.sched.scheduler import PassRecord
+from densegate.impl.sched.plan import PassRecord
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

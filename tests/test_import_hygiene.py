@@ -34,6 +34,7 @@ FORBIDDEN_EVERYWHERE = (
 
 LAYER: dict[str, int] = {
     "validation": 0,
+    "extras": 0,
     "figures": 0,
     "gate": 1,
     "sched": 2,

@@ -51,7 +51,7 @@ TORCH_MODULES = {
 }
 """The torch model runner: the only runtime modules that need an extra (``[torch]``)."""
 
-EXTRAS = {"prove", "testing", "cli", "torch", "hf", "text", "bench", "vllm", "test"}
+EXTRAS = {"prove", "testing", "cli", "torch", "hf", "text", "bench", "vllm", "sglang", "test"}
 
 _BLOCK = "import sys\nfor _m in {blocked!r}:\n    sys.modules[_m] = None\n"
 

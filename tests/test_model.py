@@ -12,8 +12,9 @@ import random
 import pytest
 import torch
 
-from densegate.impl.runners.model import DecoderModel, ModelConfig, reference_generate
-from densegate.impl.runners.torch_runner import build_forward_inputs
+from densegate.impl.runners.forward_inputs import build_forward_inputs
+from densegate.impl.runners.model import DecoderModel, reference_generate
+from densegate.impl.runners.model_config import ModelConfig
 from densegate.impl.sched.batch import KVLayout, SeqChunk
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

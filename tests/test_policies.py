@@ -7,16 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from densegate.impl.gate import Decision, GateConfig, GateInput, GatePolicy, PrefillGate, Reason
 from densegate.lab.baselines.policies import (
     POLICIES,
     DenseGatePolicy,
-    GatePolicy,
     LegacyPolicy,
     OriginalPolicy,
     RawCounts,
     RawGatePolicy,
 )
-from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
 from densegate.testing import gate_configs, observation_runs
 
 CFG = GateConfig(dense_tokens=100, max_hold_passes=4)

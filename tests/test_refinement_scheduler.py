@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import Request, RequestStatus
-from densegate.impl.sched.scheduler import PassPlan, Scheduler, SchedulerConfig
+from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement import scheduler as r3
 from densegate.proofs.refinement.obligations import SCHEDULER_REFINEMENT_OBLIGATIONS
 from densegate.proofs.refinement.scheduler_replay import spec_plan

@@ -18,7 +18,7 @@ from densegate.impl.runners.cuda_graphs import (
     decode_buckets,
     fill_decode_inputs,
 )
-from densegate.impl.runners.model import ModelConfig
+from densegate.impl.runners.model_config import ModelConfig
 from densegate.impl.runners.torch_runner import (
     TorchRunner,
 )

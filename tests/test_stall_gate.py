@@ -17,7 +17,7 @@ from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.proofs.prover import prove
 from densegate.proofs.registry import obligations
-from densegate.proofs.stall_gate_mutants import STALL_GATE_MUTANTS
+from densegate.proofs.stall_gate_obligations import STALL_GATE_MUTANTS
 from densegate.proofs.stall_gate_obligations import STALL_GATE_OBLIGATIONS
 from densegate.spec.machine import evaluate
 from tests.support.gate_lockstep import StallGateLockstep

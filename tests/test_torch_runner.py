@@ -15,11 +15,8 @@ import pytest
 import torch
 
 import densegate.impl.runners.forward_inputs as forward_inputs
-from densegate.impl.runners.torch_runner import (
-    StepKind,
-    build_forward_inputs,
-    decode_groups,
-)
+from densegate.impl.runners.forward_inputs import build_forward_inputs, decode_groups
+from densegate.impl.runners.runner_stats import StepKind
 from densegate.impl.sched.batch import KVLayout, Runner, SeqChunk
 from tests.support.runner_harness import (
     Blocks,

@@ -29,11 +29,13 @@ from typing import Any
 
 from densegate.impl.dp.collective import Excluded, TorchCollective, agree_backend
 from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.hooks import NO_HOOKS, RankHooks
 from densegate.impl.dp.membership import DEAD_KEY, EXCLUDED_KEY, STREAM_KEY
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
 from densegate.impl.dp.summary import merge_reports
 from densegate.impl.traces.workload import TraceRequest
+from densegate.impl.validation import check_int
 
 __all__ = ["EXCLUDED_EXIT_CODE", "DPResult", "launch", "rank_main"]
 
@@ -51,14 +53,13 @@ def rank_main(
     *,
     gather: bool = False,
     backend: str = "auto",
+    hooks: RankHooks = NO_HOOKS,
 ) -> tuple[int, list[RankReport], list[list[dict[str, Any]]] | None]:
     """Join the ``env://`` group, run every phase, write ``out_dir/rank{R}.json``.
 
     Returns ``(rank, this rank's reports, every rank's reports)``; the last is
     gathered onto rank 0 only with ``gather`` and a healthy group (else None).
     """
-    import dataclasses
-
     import torch
     import torch.distributed as dist
     from torch.distributed.rendezvous import rendezvous
@@ -74,7 +75,7 @@ def rank_main(
     chosen = agree_backend(store, rank, world, engine.device, backend)
     if engine.device.startswith("cuda") and torch.cuda.is_available():
         dev = f"cuda:{local_rank % torch.cuda.device_count()}"
-        config = dataclasses.replace(config, engine=dataclasses.replace(engine, device=dev))
+        config = config.on_device(dev)
         if chosen == "nccl":
             torch.cuda.set_device(dev)
             device = dev
@@ -92,7 +93,7 @@ def rank_main(
     collective = TorchCollective(
         rank, world, store, config.timeout_s, config.startup_timeout_s, device, config.grace
     )
-    reports = run_rank(rank, world, trace, config, collective)
+    reports = run_rank(rank, world, trace, config, collective, hooks=hooks)
     if out_dir is not None:
         path = Path(out_dir) / _REPORT.format(rank)
         tmp = path.with_suffix(".tmp")
@@ -116,12 +117,13 @@ def _spawn_entry(
     config: DPConfig,
     out_dir: str,
     backend: str,
+    hooks: RankHooks,
 ) -> None:
     os.environ.update(env)
     os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
-        rank_main(trace, config, out_dir, backend=backend)
+        rank_main(trace, config, out_dir, backend=backend, hooks=hooks)
     except Excluded as e:
         logging.getLogger("densegate.dp").warning("%s; stopping", e)
         os._exit(EXCLUDED_EXIT_CODE)
@@ -179,17 +181,18 @@ def launch(
     *,
     backend: str = "auto",
     out_dir: str | None = None,
+    hooks: RankHooks = NO_HOOKS,
 ) -> DPResult:
     """Start ``world_size`` rank processes on 127.0.0.1 and wait for all of them.
 
     Ranks that exit abnormally are marked dead in the store at once; a rank
     the survivors agreed is gone is killed (it hung, or would only stop itself).
+    ``hooks`` go to every rank pickled (``densegate.impl.dp.hooks``).
     """
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
     from torch.multiprocessing.spawn import start_processes
 
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    check_int("launch", "world_size", world_size, 1)
     t0 = time.perf_counter()
     store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
     env = {
@@ -204,7 +207,7 @@ def launch(
         Path(where).mkdir(parents=True, exist_ok=True)
         ctx = start_processes(  # type: ignore[no-untyped-call]
             _spawn_entry,
-            args=(env, list(trace), config, where, backend),
+            args=(env, list(trace), config, where, backend, hooks),
             nprocs=world_size,
             join=False,
             start_method=_start_method(),

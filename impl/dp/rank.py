@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from densegate.lab.cost.timeline import RankTiming
 from densegate.impl.dp.collective import Collective, CollectiveError, StoreUnavailable
-from densegate.impl.dp.config import DPConfig, Phase, make_prompts, phases
-from densegate.impl.dp.inject import CRASH_EXIT_CODE, Injector, exit_now
+from densegate.impl.dp.config import DPConfig, Phase, make_prompts
+from densegate.impl.dp.hooks import NO_HOOKS, RankHooks
 from densegate.impl.dp.membership import Agreement
 from densegate.impl.dp.readmission import StreamView, hand_over, stream_record
 from densegate.impl.dp.report import FIGURES, AlignmentStats, RankReport
@@ -54,12 +53,12 @@ from densegate.impl.dp_gate import (
 )
 from densegate.impl.engine import Engine
 from densegate.impl.gate import Decision, PrefillGate, Reason
+from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import RequestStatus
-from densegate.impl.sched.scheduler import PassPlan
 from densegate.impl.traces.replay import PassStats, summarize
 from densegate.impl.traces.workload import TraceRequest
 
-__all__ = ["CRASH_EXIT_CODE", "run_rank"]
+__all__ = ["run_rank"]
 
 log = logging.getLogger("densegate.dp")
 
@@ -81,7 +80,7 @@ class _RankLoop:
         prompts: list[list[int]],
         config: DPConfig,
         collective: Collective,
-        on_crash: Callable[[str], None],
+        hooks: RankHooks,
     ) -> None:
         self.rank = rank
         self.members = list(range(world))
@@ -90,10 +89,8 @@ class _RankLoop:
         self.prompts = prompts
         self.config = config
         self.collective = collective
-        mine = [f for f in config.all_faults if f.rank == rank and phase_index == 0]
-        self.inject = Injector(mine, on_crash)
         self.engine = Engine(phase.engine)
-        self.timing = RankTiming(self.engine)  # its passes' work and times, for the report
+        self.hooks = hooks.phase(rank, phase_index, phase, self.engine)
         self.sched = self.engine.scheduler
         self.gate_config = config.gate_config(phase.engine)
         self.gate = AlignedGate(self.gate_config, world)
@@ -178,7 +175,7 @@ class _RankLoop:
             vec = self._vector(plan, prev)
             t0 = time.perf_counter()
             try:
-                self.inject.before_collective(self.collective, vec)
+                self.hooks.before_collective(self.collective, vec)
                 total = self.collective.all_reduce_sum(vec, first=self.calls == 0)
             except CollectiveError as e:
                 agreed = self._recover(tick, e, time.perf_counter() - t0)
@@ -279,7 +276,7 @@ class _RankLoop:
         tick = 0
         prev: _Prev = (False, False, None)
         while True:
-            self.inject.at_tick(tick)
+            self.hooks.at_tick(tick)
             self._route(tick, False)
             while True:
                 plan = self.engine.plan()
@@ -336,11 +333,11 @@ class _RankLoop:
         rep.kv_blocks = [self.sched.blocks.num_free, self.sched.config.num_blocks]
         full = summarize(engine, self.stats, wall_s)
         rep.figures = {k: full[k] for k in FIGURES}
-        rep.timing = self.timing.report()
         rep.alignment = self.align.as_dict()
         rep.ticks = tick
         rep.wall_s = wall_s
         rep.collective_ms_per_tick = 1e3 * self.collective_s / max(self.calls, 1)
+        self.hooks.finish(rep)
         return rep
 
 
@@ -351,13 +348,14 @@ def run_rank(
     config: DPConfig,
     collective: Collective,
     *,
-    on_crash: Callable[[str], None] = exit_now,
+    hooks: RankHooks = NO_HOOKS,
 ) -> list[RankReport]:
     """Run every phase of ``config`` on this rank; stops after a phase where a rank died.
 
     Every rank must be given the same trace and config. Prompts come from the
-    coordinated phase's vocabulary for every phase, so phases differ only in
-    how they decide. Raises ``Excluded`` if the survivors agreed this rank is gone.
+    first phase's vocabulary for every phase, so phases differ only in how they
+    decide. ``hooks`` (``densegate.impl.dp.hooks``) are the lab's way in.
+    Raises ``Excluded`` if the survivors agreed this rank is gone.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size {world_size}")
@@ -366,8 +364,8 @@ def run_rank(
     indexed = [(i, req) for i, (_, req) in enumerate(ordered)]
     reports: list[RankReport] = []
     prompts: list[list[int]] | None = None
-    for k, phase in enumerate(phases(config)):
-        loop = _RankLoop(rank, world_size, phase, k, indexed, [], config, collective, on_crash)
+    for k, phase in enumerate(config.run_phases):
+        loop = _RankLoop(rank, world_size, phase, k, indexed, [], config, collective, hooks)
         if prompts is None:
             prompts = make_prompts(trace, config.seed, loop.engine.vocab_size or 32000)
         loop.prompts = prompts

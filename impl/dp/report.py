@@ -107,7 +107,8 @@ class RankReport:
     wall_s: float = 0.0
     collective_ms_per_tick: float = 0.0
     timing: dict[str, Any] = field(default_factory=dict)
-    """``densegate.lab.cost.rank_timing``: measured times, and the work to model them."""
+    """What a hook recorded of the phase's passes (the lab's ``TimingHooks``: measured
+    times, and the work to model them); empty without one."""
 
     @property
     def fault_tick(self) -> int | None:

@@ -1,17 +1,29 @@
-"""One summary of a data-parallel run, merged from every reporting rank, and its tables."""
+"""One summary of a data-parallel run, merged from every reporting rank's reports.
+
+JSON-ready and pure: what a launcher returns and an engine can log. Tables and
+phase timing are the lab's (``densegate.lab.dp.tables``, ``densegate.lab.dp.timing``).
+"""
 
 from __future__ import annotations
 
 import collections
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from densegate.impl.dp.config import COORDINATED
 from densegate.impl.dp.report import RankReport
-from densegate.impl.dp.timing import phase_timing, print_timing
-from densegate.impl.figures import fmt
 
-__all__ = ["merge_reports", "print_summary"]
+__all__ = ["by_phase", "merge_reports"]
+
+
+def by_phase(reports: Mapping[int, Sequence[RankReport]]) -> dict[str, dict[int, RankReport]]:
+    """Phase name -> rank -> that rank's report of it, phases in the order first run."""
+    out: dict[str, dict[int, RankReport]] = collections.defaultdict(dict)
+    for rank, reps in reports.items():
+        for rep in reps:
+            out[rep.phase][rank] = rep
+    return dict(out)
 
 
 def merge_reports(
@@ -28,12 +40,10 @@ def merge_reports(
     (``ended_on_dead``), or as lost (only if the store died). A request ended
     twice is listed under ``duplicated``, one never ended under ``unaccounted``.
     """
-    by_phase: dict[str, dict[int, RankReport]] = collections.defaultdict(dict)
-    for rank, reps in reports.items():
-        for d in reps:
-            rep = RankReport.from_dict(d)
-            by_phase[rep.phase][rank] = rep
-    main = by_phase.get("coordinated", {})
+    phases = by_phase(
+        {rank: [RankReport.from_dict(d) for d in reps] for rank, reps in reports.items()}
+    )
+    main = phases.get(COORDINATED, {})
     if not main:
         codes = list(exitcodes) if exitcodes is not None else None
         return {
@@ -80,10 +90,10 @@ def merge_reports(
     decisions = {r: rep.decisions for r, rep in main.items()}
     agree = len({json.dumps(d) for d in decisions.values()}) == 1
     reasons = collections.Counter(reason for _, _, reason in first.decisions)
-    alignment = {name: reps[min(reps)].alignment for name, reps in by_phase.items()}
+    alignment = {name: reps[min(reps)].alignment for name, reps in phases.items()}
     alignment_agree = all(
         len({json.dumps(rep.alignment, sort_keys=True) for rep in reps.values()}) == 1
-        for reps in by_phase.values()
+        for reps in phases.values()
     )
     ranks = []
     for r in range(world_size):
@@ -145,92 +155,5 @@ def merge_reports(
         "ranks": ranks,
         "failure": failure,
         "coordinated_wall_s": max(rep.wall_s for rep in main.values()),
-        "timing": phase_timing(by_phase),
         "wall_s": wall_s,
     }
-
-
-def print_summary(s: dict[str, Any]) -> None:
-    """The summary as rich tables: run, alignment per phase, ranks."""
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    if "error" in s:
-        console.print(f"[red]densegate run --dp {s['dp']}: {s['error']}[/]")
-        return
-    t = Table(
-        title=f"densegate run --dp {s['dp']} (router {s.get('router')}, gate {s.get('gate')}, "
-        f"runner {s.get('runner_kind')})",
-        show_header=False,
-    )
-    t.add_column("figure")
-    t.add_column("value")
-    rows = [
-        ("requests finished", f"{s['finished']} / {s['requests']}"),
-        ("  of which re-admitted after a rank died", s["readmitted"]),
-        (
-            "rejected / lost / unaccounted / ended twice",
-            f"{s['rejected']} / {s['lost']} / {len(s['unaccounted'])} / {len(s['duplicated'])}",
-        ),
-        ("ticks", s["ticks"]),
-        ("all reporting ranks logged the same decisions", s["decisions_agree"]),
-        ("aligned decisions", s["reasons"]),
-        ("coordinated run seconds", s["coordinated_wall_s"]),
-        ("wall seconds (all phases, start-up included)", s["wall_s"]),
-    ]
-    if s.get("held_by_unreporting_survivors"):
-        rows.insert(2, ("held by survivors reporting alone", s["held_by_unreporting_survivors"]))
-    for k, v in rows:
-        t.add_row(k, fmt(v))
-    console.print(t)
-    phase_names = list(s["alignment"])
-    a = Table(title="alignment: a mixed tick has some rank prefilling while another only decodes")
-    a.add_column("figure")
-    for name in phase_names:
-        a.add_column(name.replace("_", " "))
-    for label, key in (
-        ("ticks", "ticks"),
-        ("prefill ticks", "prefill_ticks"),
-        ("  ranks prefilled together", "aligned_prefill_ticks"),
-        ("  every rank prefilled", "all_ranks_prefill_ticks"),
-        ("  mixed", "mixed_ticks"),
-        ("rank-ticks stalled by mixed", "stalled_rank_ticks"),
-        ("mixed allowed by", "mixed_by_reason"),
-    ):
-        a.add_row(label, *(fmt(s["alignment"][n][key]) for n in phase_names))
-    console.print(a)
-    r = Table(title="ranks (coordinated run)")
-    r.add_column("figure")
-    for row in s["ranks"]:
-        r.add_column(f"rank {row['rank']}")
-    for label, get in (
-        ("status", lambda row: row.get("status")),
-        ("requests assigned / finished", lambda row: f"{fmt(row.get('assigned'))} / "
-         f"{fmt(row.get('finished'))}"),
-        ("  of which re-admitted here", lambda row: fmt(row.get("readmitted"))),
-        ("KV blocks free / total at the end", lambda row: " / ".join(
-            fmt(x) for x in row.get("kv_blocks") or [None, None])),
-        ("prompt / output tokens", lambda row: f"{fmt(row.get('prompt_tokens'))} / "
-         f"{fmt(row.get('output_tokens'))}"),
-        ("prefill / decode-only passes", lambda row: f"{fmt(row.get('prefill_passes'))} / "
-         f"{fmt(row.get('decode_only_passes'))}"),
-        ("TTFT passes p50 / p99", lambda row: "{} / {}".format(
-            *(fmt((row.get("ttft_passes") or {}).get(q)) for q in ("p50", "p99")))),
-        ("runner ms per pass", lambda row: fmt(row.get("runner_ms_per_pass"))),
-        ("collective ms per tick", lambda row: fmt(row.get("collective_ms_per_tick"))),
-    ):  # fmt: skip
-        r.add_row(label, *(str(get(row)) for row in s["ranks"]))
-    console.print(r)
-    print_timing(console, s)
-    f = s.get("failure")
-    if f:
-        console.print(
-            f"[bold red]rank(s) {f['dead_ranks']} died at tick {f['tick']}[/]: survivors noticed "
-            f"after {fmt(f['detected_after_s'])} s, agreed and regrouped in "
-            f"{fmt(f['recovery_s'])} s ({f['agreements']} agreement(s)); ticks before / after "
-            f"the fault {f['ticks_before']} / {f['ticks_after']}, one aligned decision per tick "
-            f"over the survivors; {f['readmitted']} request(s) re-admitted "
-            f"({f['readmitted_finished']} finished), {f['ended_on_dead']} had ended on the "
-            f"dead rank(s)" + ("; the store died: requests lost" if f["store_lost"] else "")
-        )

@@ -15,6 +15,7 @@ import json
 import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from densegate.impl.runners.model import DecoderModel
 from densegate.impl.runners.model_config import ModelConfig
 from densegate.impl.runners.weights import LayerWeights, ModelWeights
 
-__all__ = ["PROGRESS_BYTES", "CheckpointError", "load_model", "tensor_targets"]
+__all__ = ["PROGRESS_BYTES", "load_model", "tensor_targets"]
 
 PROGRESS_BYTES = 256 << 20
 """Loads of at least this many stored bytes show a progress bar (``progress=None``)."""
@@ -124,8 +125,10 @@ def _check_names(stored: dict[str, Path], want: dict[str, Any], tied: bool) -> l
 
 @contextmanager
 def _progress(total_bytes: int, enabled: bool | None) -> Iterator[Any]:
-    """A rich progress bar over bytes copied, or None."""
-    if enabled is False or (enabled is None and total_bytes < PROGRESS_BYTES):
+    """A rich progress bar over bytes copied, or None (asked for none, a small load, or
+    rich, the ``cli`` extra, not installed: a bar is no reason to refuse a load)."""
+    small = enabled is None and total_bytes < PROGRESS_BYTES
+    if enabled is False or small or find_spec("rich") is None:
         yield None
         return
     from rich.console import Console

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from densegate.impl.sched.batch import KVLayout, SeqChunk
+from densegate.impl.validation import check_int
 
 __all__ = [
     "DecodeGraphs",
@@ -32,8 +33,7 @@ def decode_buckets(max_num_seqs: int) -> tuple[int, ...]:
     Powers of two keep small batches cheap to pad; the linear step above 16
     bounds the padding waste of large batches at 15 rows.
     """
-    if isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int) or max_num_seqs < 1:
-        raise ValueError(f"max_num_seqs must be an int >= 1, got {max_num_seqs!r}")
+    check_int("decode_buckets", "max_num_seqs", max_num_seqs, 1)
     out = {b for b in (1, 2, 4, 8, 16) if b <= max_num_seqs}
     out.update(range(32, max_num_seqs + 1, 16))
     out.add(max_num_seqs)

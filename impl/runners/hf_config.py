@@ -11,13 +11,13 @@ llama3, quantization) is a ``CheckpointError`` naming the field.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
 from typing import Any
 
 from densegate.impl.runners.model_config import ModelConfig, RopeScaling
+from densegate.impl.validation import bool_problem, int_problem, number_problem
 
 __all__ = [
     "DTYPES",
@@ -67,25 +67,24 @@ class _Fields:
             return default
         raise self.fail(field, "is null" if field in self.data else "is missing")
 
+    def _checked(self, why: str | None) -> None:
+        if why is not None:
+            raise CheckpointError(f"{self.where}: {why}")
+
     def int(self, field: str, default: Any = _MISSING) -> int:
         value = self.get(field, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(field, f"must be an int, got {value!r}")
-        return value
+        self._checked(int_problem(field, value))
+        return int(value)
 
     def float(self, field: str, default: Any = _MISSING) -> float:
         value = self.get(field, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self.fail(field, f"must be a number, got {value!r}")
-        if not math.isfinite(value):
-            raise self.fail(field, f"must be finite, got {value!r}")
+        self._checked(number_problem(field, value))
         return float(value)
 
     def bool(self, field: str, default: Any = _MISSING) -> bool:
         value = self.get(field, default)
-        if not isinstance(value, bool):
-            raise self.fail(field, f"must be true or false, got {value!r}")
-        return value
+        self._checked(bool_problem(field, value))
+        return bool(value)
 
     def require(self, field: str, want: Any, default: Any, what: str) -> None:
         value = self.get(field, default)
@@ -139,8 +138,9 @@ def _eos(value: Any, where: str) -> tuple[int, ...]:
         return ()
     ids = value if isinstance(value, list) else [value]
     for t in ids:
-        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
-            raise CheckpointError(f"{where}: eos_token_id must be ints >= 0, got {value!r}")
+        why = int_problem("eos_token_id", t, 0)
+        if why is not None:
+            raise CheckpointError(f"{where}: {why} (in {value!r})")
     return tuple(ids)
 
 

@@ -31,20 +31,12 @@ from torch import Tensor
 
 from densegate.impl.runners.attention import decode_attention, mask_bias, prefill_attention
 from densegate.impl.runners.model_config import ModelConfig
-from densegate.impl.runners.paged_kv import DecodeGroup, ForwardInputs, PagedKVCache, PrefillSpan
+from densegate.impl.runners.paged_kv import ForwardInputs, PagedKVCache
 from densegate.impl.runners.rope import apply_rope, inv_freq, rope_tables
 from densegate.impl.runners.weights import ModelWeights, random_weights
 from densegate.impl.sched.batch import KVLayout
 
-__all__ = [
-    "DecodeGroup",
-    "DecoderModel",
-    "ForwardInputs",
-    "ModelConfig",
-    "PagedKVCache",
-    "PrefillSpan",
-    "reference_generate",
-]
+__all__ = ["DecoderModel", "reference_generate"]
 
 
 def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:

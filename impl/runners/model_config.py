@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from densegate.impl.validation import check_int, check_positive_float
+from densegate.impl.validation import check_bool, check_int, check_positive_float
 
 __all__ = ["ROPE_SCALINGS", "ModelConfig", "RopeScaling"]
 
@@ -102,10 +102,7 @@ class ModelConfig:
                 f"ModelConfig.rope_scaling must be a RopeScaling or None, got {self.rope_scaling!r}"
             )
         check_int("ModelConfig", "max_position_embeddings", self.max_position_embeddings, 0)
-        if not isinstance(self.tie_word_embeddings, bool):
-            raise ValueError(
-                f"ModelConfig.tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}"
-            )
+        check_bool("ModelConfig", "tie_word_embeddings", self.tie_word_embeddings)
         object.__setattr__(self, "eos_token_ids", tuple(self.eos_token_ids))
         for t in self.eos_token_ids:
             check_int("ModelConfig", "eos_token_ids", t, 0)

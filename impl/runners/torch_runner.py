@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 import torch
 
-from densegate.impl.figures import percentile
 from densegate.impl.runners.cuda_graphs import (
     DecodeGraphs,
     DecodeInputs,
@@ -22,33 +21,20 @@ from densegate.impl.runners.cuda_graphs import (
     decode_buckets,
     fill_decode_inputs,
 )
-from densegate.impl.runners.forward_inputs import (
-    build_forward_inputs,
-    decode_forward_inputs,
-    decode_groups,
-)
-from densegate.impl.runners.model import DecoderModel, ModelConfig, PagedKVCache
-from densegate.impl.runners.runner_stats import KindSummary, RunnerStats, StepKind
+from densegate.impl.runners.forward_inputs import build_forward_inputs, decode_forward_inputs
+from densegate.impl.runners.model import DecoderModel
+from densegate.impl.runners.model_config import ModelConfig
+from densegate.impl.runners.paged_kv import PagedKVCache
+from densegate.impl.runners.runner_stats import RunnerStats, StepKind
 from densegate.impl.sched.batch import BatchKind, KVLayout, ScheduledBatch, SeqChunk
+from densegate.impl.validation import check_int, check_optional_int
 
-__all__ = [
-    "KindSummary",
-    "RunnerStats",
-    "StepKind",
-    "TorchRunner",
-    "build_forward_inputs",
-    "decode_forward_inputs",
-    "decode_groups",
-    "percentile",
-    "runner_for",
-]
+__all__ = ["TorchRunner", "runner_for"]
 
 
 def _check_layout(layout: KVLayout) -> None:
     for name in ("block_size", "num_blocks", "max_model_len", "max_num_seqs"):
-        value = getattr(layout, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"KVLayout.{name} must be an int >= 1, got {value!r}")
+        check_int("KVLayout", name, getattr(layout, name), 1)
 
 
 class TorchRunner:
@@ -82,10 +68,7 @@ class TorchRunner:
             if model_config is not None and model_config != model.config:
                 raise ValueError("TorchRunner: give model or model_config, not two different ones")
             device, dtype = str(model.device), model.dtype
-        if num_threads is not None and (
-            isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1
-        ):
-            raise ValueError(f"TorchRunner num_threads must be an int >= 1, got {num_threads!r}")
+        check_optional_int("TorchRunner", "num_threads", num_threads, 1)
         self.num_threads = num_threads
         self.layout = layout
         self.device = torch.device(device)
@@ -114,10 +97,10 @@ class TorchRunner:
         self.buckets: tuple[int, ...] = ()
         if use_cuda_graphs:
             chosen = decode_buckets(layout.max_num_seqs) if buckets is None else tuple(buckets)
-            if not chosen or any(
-                isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in chosen
-            ):
-                raise ValueError(f"TorchRunner buckets must be ints >= 1, got {buckets!r}")
+            if not chosen:
+                raise ValueError("TorchRunner.buckets must name at least one size, got none")
+            for b in chosen:
+                check_int("TorchRunner", "buckets", b, 1)
             self.buckets = tuple(sorted(set(chosen)))
             self._graphs = DecodeGraphs(self._decode_step, self.decode_inputs, self.buckets)
             self.stats.graphs_captured = len(self.buckets)

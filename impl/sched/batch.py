@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from densegate.impl.validation import check_int
+
 __all__ = ["BatchKind", "KVLayout", "NullRunner", "Runner", "ScheduledBatch", "SeqChunk"]
 
 
@@ -101,8 +103,7 @@ class NullRunner:
     __slots__ = ("token",)
 
     def __init__(self, token: int = 0) -> None:
-        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-            raise ValueError(f"NullRunner.token must be an int >= 0, got {token!r}")
+        check_int("NullRunner", "token", token, 0)
         self.token = token
 
     def execute(self, batch: ScheduledBatch) -> Sequence[int]:

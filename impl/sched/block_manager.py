@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from densegate.impl.validation import check_int
+
 __all__ = ["BlockManager", "blocks_for"]
 
 
@@ -23,10 +25,8 @@ class BlockManager:
     __slots__ = ("_free", "block_size", "num_blocks")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
-        if num_blocks < 1:
-            raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
-        if block_size < 1:
-            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        check_int("BlockManager", "num_blocks", num_blocks, 1)
+        check_int("BlockManager", "block_size", block_size, 1)
         self.num_blocks = num_blocks
         self.block_size = block_size
         # Popped from the end: low block ids are handed out first.

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from densegate.impl.gate import GateConfig
-from densegate.impl.validation import check_int
+from densegate.impl.validation import check_bool, check_int, check_optional_int
 
-__all__ = ["SchedulerConfig"]
+__all__ = ["REFERENCE_CONFIG", "SchedulerConfig"]
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,9 @@ class SchedulerConfig:
             check_int(owner, name, getattr(self, name), 1)
         check_int(owner, "stall_passes", self.stall_passes, 0)
         for name in ("long_prefill_token_threshold", "dense_tokens"):
-            if getattr(self, name) is not None:
-                check_int(owner, name, getattr(self, name), 1)
+            check_optional_int(owner, name, getattr(self, name), 1)
         for name in ("enable_chunked_prefill", "gate_enabled"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{owner}.{name} must be a bool, got {getattr(self, name)!r}")
+            check_bool(owner, name, getattr(self, name))
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(
                 f"{owner}.max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
@@ -87,3 +85,18 @@ class SchedulerConfig:
 
     def gate_config(self) -> GateConfig:
         return GateConfig(self.dense, self.max_hold_passes, self.gate_enabled, self.stall_passes)
+
+
+REFERENCE_CONFIG = SchedulerConfig(
+    max_num_seqs=128,
+    max_num_batched_tokens=2048 + 128,
+    block_size=16,
+    num_blocks=8192,
+    max_model_len=2048,
+    max_hold_passes=30,
+)
+"""The scheduler densegate's commands run unless told otherwise (``densegate run`` and the
+DP entry point's flags, ``bench`` and ``tune``), so their figures describe one scheduler:
+128 sequences and 2176 tokens per pass, so a whole 2048-token prompt fits a pass beside a
+full set of decodes (vLLM v0 ran prefill-only steps, so any prompt fitted its budget);
+8192 KV blocks of 16. ``SchedulerConfig()``'s own defaults stay small, for embedding."""

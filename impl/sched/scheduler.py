@@ -33,7 +33,7 @@ from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.plan import PassPlan, PassRecord
 from densegate.impl.sched.request import FINISH_LENGTH, FINISH_STOP, Request, RequestStatus
 
-__all__ = ["PassPlan", "PassRecord", "Scheduler", "SchedulerConfig"]
+__all__ = ["Scheduler"]
 
 
 @dataclass

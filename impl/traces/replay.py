@@ -17,8 +17,9 @@ from typing import Any
 
 from densegate.impl.engine import Engine
 from densegate.impl.figures import percentile
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.plan import PassRecord
 from densegate.impl.sched.request import RequestStatus
-from densegate.impl.sched.scheduler import PassRecord, SchedulerConfig
 from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from densegate.impl.validation import check_int, check_positive_float, int_problem, is_int
+
 __all__ = ["TraceRequest", "dump_trace", "load_trace", "synthetic_trace"]
 
 
@@ -37,12 +39,9 @@ def synthetic_trace(
     max_model_len: int = 4096,
 ) -> list[TraceRequest]:
     """``n`` requests arriving ``rate`` per pass on average, long-tailed lengths."""
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if not rate > 0:
-        raise ValueError(f"rate must be > 0, got {rate}")
-    if max_model_len < 2:
-        raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
+    check_int("synthetic_trace", "n", n, 0)
+    check_positive_float("synthetic_trace", "rate", rate)
+    check_int("synthetic_trace", "max_model_len", max_model_len, 2)
     rng = random.Random(seed)
     t = 0.0
     out = []
@@ -80,8 +79,9 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
         vals = []
         for key, low in (("arrival_pass", 0), ("prompt_len", 1), ("output_len", 1)):
             v = item.get(key)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{path}: entry {i}: {key} must be an int >= {low}, got {v!r}")
+            why = int_problem(key, v, low)
+            if why is not None or not is_int(v):  # is_int: for the type checker
+                raise ValueError(f"{path}: entry {i}: {why}")
             vals.append(v)
         extra = set(item) - {"arrival_pass", "prompt_len", "output_len"}
         if extra:

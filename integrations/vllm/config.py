@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from densegate.impl.gate import GateConfig
-from densegate.impl.validation import is_int
+from densegate.impl.validation import bool_problem, int_problem
 
 __all__ = [
     "CONFIG_KEY",
@@ -95,17 +95,15 @@ def gate_config_from(
     hold = raw.get("max_hold_passes", 30)
     enabled = raw.get("enabled", True)
     stall = raw.get("stall_passes", 0)
-    if not is_int(dense) or not 1 <= dense <= max_num_batched_tokens:
-        raise ValueError(
-            f"{_where('dense_tokens')} must be an int in [1, max_num_batched_tokens="
-            f"{max_num_batched_tokens}] (a larger one could never be dense), got {dense!r}"
-        )
-    if not is_int(hold) or hold < 1:
-        raise ValueError(f"{_where('max_hold_passes')} must be an int >= 1, got {hold!r}")
-    if not isinstance(enabled, bool):
-        raise ValueError(f"{_where('enabled')} must be a bool, got {enabled!r}")
-    if not is_int(stall) or stall < 0:
-        raise ValueError(
-            f"{_where('stall_passes')} must be an int >= 0 (0 = the STALL valve off), got {stall!r}"
-        )
+    for why, note in (
+        (
+            int_problem(_where("dense_tokens"), dense, 1, max_num_batched_tokens),
+            "at most max_num_batched_tokens, or no pass could ever be dense",
+        ),
+        (int_problem(_where("max_hold_passes"), hold, 1), ""),
+        (bool_problem(_where("enabled"), enabled), ""),
+        (int_problem(_where("stall_passes"), stall, 0), "0 turns the STALL valve off"),
+    ):
+        if why is not None:
+            raise ValueError(f"{why} ({note})" if note else why)
     return GateConfig(dense, hold, enabled, stall)

@@ -23,7 +23,6 @@ from densegate.impl.gate import Decision, GateConfig, GateInput, GatePolicy, Pre
 __all__ = [
     "POLICIES",
     "DenseGatePolicy",
-    "GatePolicy",
     "LegacyPolicy",
     "OriginalPolicy",
     "RawCounts",

@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from densegate.lab.baselines.raw_scheduler import RawListScheduler
 from densegate.impl.gate import Decision
 from densegate.impl.sched.batch import ScheduledBatch
-from densegate.impl.sched.scheduler import PassPlan, PassRecord
+from densegate.impl.sched.plan import PassPlan, PassRecord
+from densegate.lab.baselines.raw_scheduler import RawListScheduler
 
 __all__ = ["PrefillFirstPlan", "PrefillFirstRecord", "PrefillFirstScheduler"]
 

@@ -9,9 +9,10 @@ exactly what the core scheduler shows them.
 
 from __future__ import annotations
 
-from densegate.lab.baselines.policies import RawCounts, RawGatePolicy
 from densegate.impl.gate import Decision
-from densegate.impl.sched.scheduler import PassPlan, Scheduler
+from densegate.impl.sched.plan import PassPlan
+from densegate.impl.sched.scheduler import Scheduler
+from densegate.lab.baselines.policies import RawCounts, RawGatePolicy
 
 __all__ = ["RawListScheduler"]
 

@@ -2,11 +2,11 @@
 
 The ranks are the real ``densegate.impl.dp.rank`` loops (one thread each, null
 runner) over an in-process collective, so the coordinated, local-gate and
-gate-off phases decide exactly as ``densegate run --dp N`` does; each rank's
-``timing`` record then gives the phase's modeled time (a tick costing the
-slowest rank's pass plus the collective). Each rank sees the single-rank
-workload's load: the trace is N times the workload's size with arrivals N
-times as dense.
+gate-off phases (``densegate.lab.dp.phases``) decide exactly as ``densegate run
+--dp N`` does; each rank's ``timing`` record (``densegate.lab.dp.timing``)
+then gives the phase's modeled time (a tick costing the slowest rank's pass
+plus the collective). Each rank sees the single-rank workload's load: the
+trace is N times the workload's size with arrivals N times as dense.
 """
 
 from __future__ import annotations
@@ -16,19 +16,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from densegate.lab.bench.workloads import Workload
-from densegate.lab.cost.model import PassModel
-from densegate.lab.cost.timeline import TimeFigures, dp_figures
 from densegate.impl.dp.collective import CollectiveError
-from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.config import COORDINATED, DPConfig
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
 from densegate.impl.engine import EngineConfig
 from densegate.impl.traces.workload import TraceRequest
+from densegate.lab.bench.workloads import Workload
+from densegate.lab.cost.model import PassModel
+from densegate.lab.cost.timeline import TimeFigures, dp_figures
+from densegate.lab.dp.phases import BASELINE, LOCAL_GATE, bench_phases
+from densegate.lab.dp.timing import TimingHooks
 
 __all__ = ["DP_PHASES", "DPPhaseRun", "InProcessCollective", "dp_trace", "run_dp_phases"]
 
-DP_PHASES = ("coordinated", "uncoordinated_local_gate", "uncoordinated_gate_off")
+DP_PHASES = (COORDINATED, LOCAL_GATE, BASELINE)
 """The phases in table order; the last is the baseline of the ratios."""
 
 
@@ -70,10 +72,6 @@ class InProcessCollective:
         raise RuntimeError("an in-process bench group does not recover from a failed rank")
 
 
-def _no_crash(mode: str) -> None:
-    raise RuntimeError(f"fault injection ({mode}) is not available in-process")
-
-
 def dp_trace(workload: Workload, seed: int, dp: int, requests: int | None) -> list[TraceRequest]:
     """``dp`` times the workload's requests, arrivals ``dp`` times as dense."""
     n = (workload.requests if requests is None else requests) * dp
@@ -108,7 +106,7 @@ def run_dp_phases(
     """Coordinated, local-gate and gate-off phases on ``dp`` threads; modeled per phase."""
     if dp < 2:
         raise ValueError(f"dp must be >= 2, got {dp}")
-    config = DPConfig(engine, seed=seed, timeout_s=timeout_s)
+    config = DPConfig(engine, seed=seed, timeout_s=timeout_s, phases=bench_phases(engine))
     group = _Group(dp, timeout_s)
     results: dict[int, list[RankReport]] = {}
     errors: list[BaseException] = []
@@ -116,7 +114,7 @@ def run_dp_phases(
     def rank_thread(rank: int) -> None:
         try:
             coll = InProcessCollective(group, rank)
-            results[rank] = run_rank(rank, dp, trace, config, coll, on_crash=_no_crash)
+            results[rank] = run_rank(rank, dp, trace, config, coll, hooks=TimingHooks())
         except BaseException as e:  # surfaced below, after every thread stopped
             errors.append(e)
             group.barrier.abort()

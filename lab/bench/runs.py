@@ -18,6 +18,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from densegate.impl.engine import Engine, EngineConfig
+from densegate.impl.sched.config import REFERENCE_CONFIG
+from densegate.impl.traces.replay import S6_SCOPE, run_trace, summarize
+from densegate.impl.traces.workload import TraceRequest
+from densegate.impl.validation import check_int, check_optional_int
 from densegate.lab.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
 from densegate.lab.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS
 from densegate.lab.cost.compare import compare_rounds, round_name, round_order
@@ -29,14 +34,9 @@ from densegate.lab.cost.timeline import (
     measured_figures,
     modeled_figures,
 )
-from densegate.impl.engine import Engine, EngineConfig
-from densegate.impl.traces.replay import S6_SCOPE, run_trace, summarize
-from densegate.impl.traces.workload import TraceRequest
 
 __all__ = [
-    "BENCH_POLICIES",
     "TIME_BASELINE",
-    "BenchPolicy",
     "BenchResult",
     "Check",
     "PolicyRun",
@@ -52,10 +52,10 @@ def bench_config(runner: str = "null", device: str = "cpu") -> EngineConfig:
     return EngineConfig(
         max_num_seqs=MAX_NUM_SEQS,
         max_num_batched_tokens=TOKEN_BUDGET,
-        block_size=16,
-        num_blocks=8192,
+        block_size=REFERENCE_CONFIG.block_size,
+        num_blocks=REFERENCE_CONFIG.num_blocks,
         max_model_len=MAX_MODEL_LEN,
-        max_hold_passes=30,
+        max_hold_passes=REFERENCE_CONFIG.max_hold_passes,
         runner=runner,
         device=device,
     )
@@ -319,10 +319,10 @@ def run_bench(
     for name in policies:
         if name not in BENCH_POLICIES:
             raise ValueError(f"unknown policy {name!r}; choose from {', '.join(BENCH_POLICIES)}")
-    if requests is not None and requests < 1:
-        raise ValueError(f"requests must be >= 1, got {requests}")
-    if rounds < 1 or (rounds > 1 and runner == "null"):
-        raise ValueError(f"rounds must be 1, or >= 1 with a timed runner; got {rounds}")
+    check_optional_int("run_bench", "requests", requests, 1)
+    check_int("run_bench", "rounds", rounds, 1)
+    if rounds > 1 and runner == "null":
+        raise ValueError(f"rounds must be 1 with the null runner (nothing is timed), got {rounds}")
     base = dataclasses.replace(bench_config(runner, device), stall_passes=stall_passes)
     t0 = time.perf_counter()
     out: dict[str, WorkloadRun] = {}

@@ -11,13 +11,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from densegate.impl.sched.config import REFERENCE_CONFIG
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace
 
 __all__ = ["MAX_MODEL_LEN", "MAX_NUM_SEQS", "TOKEN_BUDGET", "WORKLOADS", "Workload"]
 
-MAX_MODEL_LEN = 2048
-MAX_NUM_SEQS = 128
-TOKEN_BUDGET = MAX_MODEL_LEN + MAX_NUM_SEQS
+MAX_MODEL_LEN = REFERENCE_CONFIG.max_model_len
+MAX_NUM_SEQS = REFERENCE_CONFIG.max_num_seqs
+TOKEN_BUDGET = REFERENCE_CONFIG.max_num_batched_tokens
 """Tokens per pass, shared by every policy: whole prompts (``legacy``) must fit a pass
 beside a full set of decodes, or a long prompt would wait for decodes to drain
 (vLLM v0 ran prefill-only steps, so any prompt fitted its budget)."""

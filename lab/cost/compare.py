@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from densegate.impl.validation import check_int
 from densegate.lab.cost.timeline import TimeFigures
 
 __all__ = ["ROUND_SEP", "compare_rounds", "round_name", "round_order", "split_round"]
@@ -34,8 +35,7 @@ def split_round(name: str) -> tuple[str, int]:
 
 def round_order(items: Sequence[T], rounds: int) -> list[tuple[int, T]]:
     """``(round, item)`` for ``rounds`` rounds, every even round reversed."""
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    check_int("round_order", "rounds", rounds, 1)
     out: list[tuple[int, T]] = []
     for k in range(1, rounds + 1):
         out.extend((k, x) for x in (items if k % 2 else list(reversed(items))))

@@ -18,9 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from densegate.impl.sched.batch import KVLayout, ScheduledBatch, SeqChunk
+from densegate.impl.validation import check_int
 from densegate.lab.cost.model import PassWork
 from densegate.lab.cost.profile import Profile, Sample, fit, fit_error
-from densegate.impl.sched.batch import KVLayout, ScheduledBatch, SeqChunk
 
 __all__ = [
     "GRIDS",
@@ -127,8 +128,7 @@ def time_grid(
     shuffled order: on a shared machine a burst of contention then lands on
     different points in different rounds, and the median drops it.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    check_int("time_grid", "repeats", repeats, 1)
     layout = runner.layout
     batches = [_batch(p, layout, 0) for p in grid]
     times: list[list[float]] = [[] for _ in grid]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from densegate.impl.sched.batch import ScheduledBatch
+from densegate.impl.validation import check_int, check_nonnegative_float
 
 __all__ = [
     "FEATURES",
@@ -152,11 +153,8 @@ class LinearPassModel:
                 raise ValueError(
                     f"pass kind {kind!r} needs {len(FEATURES)} coefficients, got {len(cs)}"
                 )
-        if self.graph_max_rows < 0 or self.collective_ms < 0:
-            raise ValueError(
-                f"graph_max_rows and collective_ms must be >= 0, got "
-                f"{self.graph_max_rows!r}, {self.collective_ms!r}"
-            )
+        check_int("LinearPassModel", "graph_max_rows", self.graph_max_rows, 0)
+        check_nonnegative_float("LinearPassModel", "collective_ms", self.collective_ms)
 
     def pass_ms(self, work: PassWork) -> float:
         kind = kind_of(work, self.graph_max_rows)

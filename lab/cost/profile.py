@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from densegate.impl.figures import percentile
+from densegate.impl.validation import check_positive_float
 from densegate.lab.cost.model import (
     FEATURES,
     KINDS,
@@ -24,7 +26,6 @@ from densegate.lab.cost.model import (
     PassWork,
 )
 from densegate.lab.cost.roofline import GPUS, SHAPES, RooflineInputs, RooflineModel
-from densegate.impl.figures import percentile
 
 __all__ = ["FORMAT", "KIND_FEATURES", "Profile", "Sample", "fit", "fit_error", "roofline_profile"]
 
@@ -50,8 +51,7 @@ class Sample:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"Sample.kind must be one of {KINDS}, got {self.kind!r}")
-        if not self.ms > 0:
-            raise ValueError(f"Sample.ms must be > 0, got {self.ms!r}")
+        check_positive_float("Sample", "ms", self.ms)
 
 
 def _nonneg_lstsq(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from densegate.impl.validation import check_fraction, check_nonnegative_float
 from densegate.lab.cost.model import PassWork, kind_of
 
 __all__ = ["GPUS", "SHAPES", "GPUSpec", "ModelShape", "RooflineInputs", "RooflineModel"]
@@ -105,12 +106,9 @@ class RooflineInputs:
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "bandwidth_efficiency"):
-            v = getattr(self, name)
-            if not 0 < v <= 1:
-                raise ValueError(f"RooflineInputs.{name} must be in (0, 1], got {v!r}")
+            check_fraction("RooflineInputs", name, getattr(self, name))
         for name in ("launch_us", "graph_replay_us", "collective_us"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"RooflineInputs.{name} must be >= 0, got {getattr(self, name)!r}")
+            check_nonnegative_float("RooflineInputs", name, getattr(self, name))
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -31,8 +31,8 @@ from typing import Any
 
 import z3
 
-from densegate.lab.baselines.policies import RawCounts
 from densegate.impl.gate import GateConfig, GateInput, Reason
+from densegate.lab.baselines.policies import RawCounts
 from densegate.proofs.refinement.symbolic import admit, explore, fail, guarded, holds, term
 from densegate.spec.gate import GATE, reason
 from densegate.spec.machine import Frame

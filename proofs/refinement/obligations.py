@@ -25,7 +25,13 @@ from densegate.proofs.refinement import scheduler_replay as sched_replay
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import Outcome, explore
-from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
+from densegate.proofs.results import (
+    CheckResult,
+    MutantResult,
+    ObligationResult,
+    Trace,
+    scope_statement,
+)
 from densegate.spec.dp_gate import DP
 from densegate.spec.gate import GATE
 from densegate.spec.machine import Machine
@@ -58,9 +64,9 @@ class RefinementObligation:
     """The spec machine refined (``densegate prove --jobs`` groups obligations by it)."""
     level: str = "refinement"
     bound: str | None = None
+    """What a bounded obligation is bounded in (the report prints "bounded: ..."); None: nothing."""
     show: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     """How a counterexample row is best printed (None: as is)."""
-    """What a bounded obligation is bounded in (the report prints "bounded: ..."); None: nothing."""
     incremental: bool = False
     """Whether CrossHair's queries go to an incremental z3 solver (``explore``)."""
     screen: Callable[[type, Mapping[str, Any]], object] | None = None
@@ -69,6 +75,18 @@ class RefinementObligation:
     the target's proof where it does otherwise than the target; then checked symbolically
     on its ``focus`` (a partial state), if it names one; then, unless refuted there, on
     every path."""
+
+    @property
+    def cost(self) -> int:
+        """A guess at the proof's cost, for ordering work only: its inputs, weighed (CrossHair
+        runs the code once per path, and paths multiply with inputs), plus its mutants,
+        which run with it."""
+        return 8 * len(self.params) + 2 * len(self.mutants)
+
+    @property
+    def scope_statement(self) -> str:
+        """What the proof covers, as the report prints it."""
+        return scope_statement("code", self.bound, self.scope)
 
     def _explore(self, check: Callable[..., None]) -> Outcome:
         return explore(check, incremental=self.incremental)
@@ -186,6 +204,7 @@ class RefinementObligation:
             checks=checks,
             mutants=mutants,
             trace=trace,
+            about="code",
         )
 
 

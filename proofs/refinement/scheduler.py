@@ -35,8 +35,9 @@ from typing import Any
 import z3
 from crosshair.libimpl.builtinslib import SymbolicBool
 
+from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.request import Request, RequestStatus
-from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
+from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import (
     NoTracing,
@@ -48,7 +49,7 @@ from densegate.proofs.refinement.symbolic import (
     sample,
     term,
 )
-from densegate.proofs.scheduler_obligations import invariant_of
+from densegate.proofs.scheduler.per_slot import invariant_of
 from densegate.spec.properties import statement
 from densegate.spec.scheduler import RUNNING, WAITING, SchedulerMachine
 

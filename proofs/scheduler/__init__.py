@@ -1,1 +1,6 @@
-"""Scheduler-level proofs: the scheduler machine, its summaries and its TTFT window."""
+"""The scheduler level, S1-S11: one module per machine the obligations are proved of.
+
+S8 (``per_slot``) is proved of the per-slot scheduler at a fixed number of request
+slots; the others of machines with no request slots (the pass ledger, the summary,
+the TTFT window, the scans, one request's life), so for any number of requests.
+"""

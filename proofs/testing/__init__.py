@@ -21,18 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from densegate.proofs.refinement.conform import ProofReport, prove_conforms
-    from densegate.testing.conformance import (
-        DEFAULT_MAX_EXAMPLES,
+    from densegate.spec.properties import Property
+    from densegate.testing.conformance import DEFAULT_MAX_EXAMPLES, assert_conforms, check_gate
+    from densegate.testing.driver import CheckedGate, GateFactory
+    from densegate.testing.report import (
         PROPERTIES,
-        CheckedGate,
         ConformanceReport,
-        GateFactory,
         PassRecord,
-        Property,
         PropertyResult,
         Violation,
-        assert_conforms,
-        check_gate,
     )
     from densegate.testing.strategies import (
         GateRun,
@@ -48,18 +45,15 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "densegate.proofs.refinement.conform": ("ProofReport", "prove_conforms"),
-    "densegate.testing.conformance": (
-        "DEFAULT_MAX_EXAMPLES",
+    "densegate.spec.properties": ("Property",),
+    "densegate.testing.conformance": ("DEFAULT_MAX_EXAMPLES", "assert_conforms", "check_gate"),
+    "densegate.testing.driver": ("CheckedGate", "GateFactory"),
+    "densegate.testing.report": (
         "PROPERTIES",
-        "CheckedGate",
         "ConformanceReport",
-        "GateFactory",
         "PassRecord",
-        "Property",
         "PropertyResult",
         "Violation",
-        "assert_conforms",
-        "check_gate",
     ),
     "densegate.testing.strategies": (
         "GateRun",

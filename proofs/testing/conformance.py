@@ -29,32 +29,16 @@ from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from densegate.impl.gate import GateConfig
-from densegate.testing.driver import CheckedGate, Driver, GateFactory, Outcome
+from densegate.testing.driver import Driver, GateFactory, Outcome
 from densegate.testing.report import (
     PROPERTIES,
     ConformanceReport,
-    PassRecord,
-    Property,
     PropertyResult,
     Violation,
-    format_violation,
 )
 from densegate.testing.strategies import GateRun, gate_runs
 
-__all__ = [
-    "DEFAULT_MAX_EXAMPLES",
-    "PROPERTIES",
-    "CheckedGate",
-    "ConformanceReport",
-    "GateFactory",
-    "PassRecord",
-    "Property",
-    "PropertyResult",
-    "Violation",
-    "assert_conforms",
-    "check_gate",
-    "format_violation",
-]
+__all__ = ["DEFAULT_MAX_EXAMPLES", "assert_conforms", "check_gate"]
 
 DEFAULT_MAX_EXAMPLES = 200
 """Runs in the survey, and the most any violated property's own search replays."""

@@ -18,7 +18,6 @@ __all__ = [
     "PROPERTIES",
     "ConformanceReport",
     "PassRecord",
-    "Property",
     "PropertyResult",
     "Violation",
     "format_violation",

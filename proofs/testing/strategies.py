@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 
 from hypothesis import strategies as st
 
-from densegate.lab.baselines.policies import RawCounts
 from densegate.impl.gate import GateConfig, GateInput
+from densegate.lab.baselines.policies import RawCounts
 
 __all__ = [
     "GateRun",

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 
 from densegate.impl.dp.collective import CollectiveError, Excluded
 from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.hooks import RankHooks, chain
 from densegate.impl.dp.membership import DEAD_KEY, STREAM_KEY, Agreement, DictStore, agree
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
 from densegate.impl.traces.workload import TraceRequest
+from densegate.lab.dp.inject import Fault, FaultHooks
 
 
 class _Crash(BaseException):
@@ -157,7 +159,12 @@ def run_group(
     late_failure: tuple[int, int] | None = None,
     grace_s: float | None = None,
     member: type[ThreadCollective] | None = None,
+    faults: Sequence[Fault] = (),
+    hooks: RankHooks | None = None,
 ) -> GroupRun:
+    """``world`` rank threads over ``trace``; ``faults`` injected as the lab injects them
+    (``FaultHooks``, a crashed thread marked dead as the launcher marks a process), then
+    ``hooks``."""
     group = ThreadGroup(world, timeout_s, late_failure, grace_s)
     run = GroupRun({}, store=group.store)
     errors: list[BaseException] = []
@@ -171,7 +178,10 @@ def run_group(
             raise _Crash
 
         try:
-            run.reports[rank] = run_rank(rank, world, trace, config, collective, on_crash=crash)
+            mine: RankHooks = FaultHooks(tuple(faults), on_crash=crash)
+            if hooks is not None:
+                mine = chain(mine, hooks)
+            run.reports[rank] = run_rank(rank, world, trace, config, collective, hooks=mine)
         except _Crash:
             pass
         except Excluded:

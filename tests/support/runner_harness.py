@@ -10,7 +10,8 @@ import random
 
 import torch
 
-from densegate.impl.runners.model import ModelConfig, reference_generate
+from densegate.impl.runners.model import reference_generate
+from densegate.impl.runners.model_config import ModelConfig
 from densegate.impl.runners.torch_runner import TorchRunner
 from densegate.impl.sched.batch import KVLayout, ScheduledBatch, SeqChunk
 

@@ -12,8 +12,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import densegate.impl.sched.scheduler
 from densegate.impl.sched.batch import NullRunner
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.plan import PassRecord
 from densegate.impl.sched.request import Request, RequestStatus
-from densegate.impl.sched.scheduler import PassRecord, SchedulerConfig
 from densegate.spec.machine import evaluate
 from densegate.spec.scheduler import SchedulerMachine
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from densegate.lab.bench.workloads import WORKLOADS
 from densegate.impl.gate import Decision, GateConfig, GateInput
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace
-from tests.vllm.conftest import HAS_VLLM, SKIP_REASON
+from densegate.lab.bench.workloads import WORKLOADS
 from tests.support.vllm_harness import Limits, Replay, Step, base_config, build, replay
+from tests.vllm.conftest import HAS_VLLM, SKIP_REASON
 
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 
@@ -234,8 +234,9 @@ def test_decisions_agree_with_densegates_scheduler_where_admission_rules_coincid
     than one request is eligible; async scheduling runs one step ahead of outputs.
     """
     from densegate.impl.sched.batch import NullRunner
+    from densegate.impl.sched.config import SchedulerConfig
     from densegate.impl.sched.request import Request
-    from densegate.impl.sched.scheduler import Scheduler, SchedulerConfig
+    from densegate.impl.sched.scheduler import Scheduler
     from tests.support.vllm_harness import TOKEN, prompt_tokens
 
     trace = WORKLOADS["steady"].trace(5, 150)

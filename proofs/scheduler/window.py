@@ -33,15 +33,15 @@ from collections.abc import Callable
 import z3
 
 from densegate.proofs.common import named_mutant
-from densegate.proofs.gate_mutants import GATE_MUTANTS
+from densegate.proofs.gate_obligations import GATE_MUTANTS
 from densegate.proofs.obligation import Monitor, Mutant, Obligation, Step
-from densegate.proofs.scheduler_life_obligations import LIFE_BLOCK_SIZE
+from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler_summary import chunk_room
 from densegate.spec.ttft_window import TtftWindow, owing
 
-__all__ = ["WINDOW", "WINDOW_SCOPE", "closed_form", "open_form", "ttft_obligation"]
+__all__ = ["WINDOW", "WINDOW_OBLIGATIONS", "WINDOW_SCOPE", "closed_form", "open_form"]
 
 WINDOW = TtftWindow()
 WINDOW_SCOPE = (
@@ -209,7 +209,7 @@ def _readable(p: Vars) -> z3.BoolRef:
     return z3.And(p["T"] <= 6, p["S"] <= 2, p["cap"] <= 3, p["B"] <= 4, p["K"] <= 3, p["Pt"] <= 4)
 
 
-def ttft_obligation() -> Obligation:
+def _ttft_obligation() -> Obligation:
     return Obligation(
         id="S6",
         level="scheduler",
@@ -220,7 +220,8 @@ def ttft_obligation() -> Obligation:
         "(O: prefill owed by running requests and D: their longest remaining output, both "
         "at headship; P: its prompt; c = min(cap, T-S+1)); a window still open after n "
         "passes has n <= K*(ceil((O+P)/c) + 1) + D, so every undisturbed window closes "
-        "within the bound (any number of requests: the TTFT window, from S2, S7, S9, S10)",
+        f"within the bound (any number of requests, block size {LIFE_BLOCK_SIZE}: the TTFT "
+        "window, from S2, S7, S9, S10)",
         machine=WINDOW,
         prop=ttft_prop,
         invariant=window_inv,
@@ -241,3 +242,6 @@ def ttft_obligation() -> Obligation:
         trace_depth=10,
         scope=WINDOW_SCOPE,
     )
+
+
+WINDOW_OBLIGATIONS: list[Obligation] = [_ttft_obligation()]

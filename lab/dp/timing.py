@@ -1,30 +1,59 @@
-"""Time per phase of a data-parallel run, measured, side by side, with the ratio to gate-off.
+"""Time per phase of a data-parallel run: recorded on each rank, pooled, side by side.
 
-Each rank's report carries its ``timing`` record (``densegate.lab.cost``);
-this pools the ranks of each phase, then the rounds of each phase
-(``densegate.lab.cost.compare``), and prints one table. Only phases run on the
-coordinated phase's runner are timed against it, and none when that is the
-null runner (its passes, like the untimed baselines', measure the scheduler alone).
+``TimingHooks`` (rank hooks, ``densegate.impl.dp.hooks``) wraps each phase's
+runner in a ``densegate.lab.cost.timeline.RankTiming`` and puts its record in
+the rank's report (``RankReport.timing``). ``phase_timing`` pools the ranks of
+each phase, then the rounds of each phase (``densegate.lab.cost.compare``), with
+the ratio to gate-off; ``print_timing`` prints it. Only phases run on the
+coordinated phase's runner are timed against it, and none when that is the null
+runner (its passes, like the untimed baselines', measure the scheduler alone).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from densegate.lab.cost.compare import compare_rounds, split_round
-from densegate.lab.cost.timeline import TimeFigures, dp_figures
+from densegate.impl.dp.collective import Collective
+from densegate.impl.dp.config import COORDINATED, Phase
+from densegate.impl.dp.hooks import PhaseHooks
 from densegate.impl.dp.report import RankReport
+from densegate.impl.engine import Engine
 from densegate.impl.figures import fmt
+from densegate.lab.cost.compare import compare_rounds, split_round
+from densegate.lab.cost.timeline import RankTiming, TimeFigures, dp_figures
+from densegate.lab.dp.phases import BASELINE
 
-__all__ = ["BASELINE", "phase_timing", "print_timing"]
+__all__ = ["TimingHooks", "phase_timing", "print_timing"]
 
-BASELINE = "uncoordinated_gate_off"
+
+class _PhaseTiming:
+    def __init__(self, engine: Engine) -> None:
+        self.timing = RankTiming(engine)  # installs its timed runner on the engine
+
+    def at_tick(self, tick: int) -> None:
+        pass
+
+    def before_collective(self, collective: Collective, vector: Sequence[int]) -> None:
+        pass
+
+    def finish(self, report: RankReport) -> None:
+        report.timing = self.timing.report()
+
+
+@dataclass(frozen=True)
+class TimingHooks:
+    """The rank hooks that record every phase's passes, for ``phase_timing`` and the
+    bench's modeled times (``densegate.lab.cost.timeline.dp_figures``)."""
+
+    def phase(self, rank: int, index: int, phase: Phase, engine: Engine) -> PhaseHooks:
+        return _PhaseTiming(engine)
 
 
 def phase_timing(by_phase: Mapping[str, Mapping[int, RankReport]]) -> dict[str, Any] | None:
     """Per phase, rounds pooled: measured tokens/s, TTFT, ITL and tick ms, ratio to gate-off."""
-    main = by_phase.get("coordinated")
+    main = by_phase.get(COORDINATED)
     if not main or any(not r.timing for r in main.values()):
         return None
     runner = next(iter(main.values())).runner
@@ -38,6 +67,7 @@ def phase_timing(by_phase: Mapping[str, Mapping[int, RankReport]]) -> dict[str, 
 
 
 def print_timing(console: Any, s: Mapping[str, Any]) -> None:
+    """The ``timing`` entry of a summary as one table, if it has one."""
     timing = s.get("timing")
     if not timing:
         return

@@ -13,12 +13,12 @@ from __future__ import annotations
 import z3
 
 from densegate.proofs.common import named_mutant
-from densegate.proofs.prover import Mutant, Obligation, Step
-from densegate.proofs.scheduler_life_obligations import LIFE_BLOCK_SIZE
+from densegate.proofs.obligation import Mutant, Obligation, Step
+from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE
 from densegate.spec.machine import Vars
 from densegate.spec.pass_ledger import PassLedger
 
-__all__ = ["LEDGER", "LEDGER_SCOPE", "ledger_inv", "ledger_obligations"]
+__all__ = ["LEDGER", "LEDGER_OBLIGATIONS", "LEDGER_SCOPE", "ledger_inv"]
 
 LEDGER = PassLedger()
 LEDGER_SCOPE = (
@@ -97,7 +97,7 @@ def _small(p: Vars) -> z3.BoolRef:
     return z3.And(p["N"] <= 4, p["S"] <= 2, p["T"] <= 4, p["B"] <= 3, p["K"] <= 3, p["cap"] <= 3)
 
 
-def ledger_obligations() -> list[Obligation]:
+def _ledger_obligations() -> list[Obligation]:
     broken = _mutants()
 
     def ob(id: str, statement: str, prop, mutant: str, triggers, names) -> Obligation:  # type: ignore[no-untyped-def]
@@ -111,7 +111,8 @@ def ledger_obligations() -> list[Obligation]:
         ob(
             "S1",
             "no deadlock: with any request waiting or running, the pass schedules a token "
-            "(any number of requests: the ledger, from S7, S9, S10 and S11)",
+            f"(any number of requests, block size {LIFE_BLOCK_SIZE}: the ledger, from S7, S9, "
+            "S10 and S11)",
             _no_idle,
             "tail_escape_on_running",
             [_all_partial, _empty_queue_only],
@@ -120,11 +121,14 @@ def ledger_obligations() -> list[Obligation]:
         ob(
             "S2",
             "KV block and slot conservation: free + held = num_blocks, free >= 0, and at most "
-            "max_num_seqs requests running, every pass (any number of requests: the ledger, "
-            "from S7, S10 and S11)",
+            "max_num_seqs requests running, every pass (any number of requests, block size "
+            f"{LIFE_BLOCK_SIZE}: the ledger, from S7, S10 and S11)",
             _conserved,
             "over_reserves",
             [_admits],
             ["a fire's admissions take the last free blocks"],
         ),
     ]
+
+
+LEDGER_OBLIGATIONS: list[Obligation] = _ledger_obligations()

@@ -1,14 +1,15 @@
-"""Scheduler-level obligations S1-S11: the per-slot one here, the rest imported.
+"""S8: the per-slot scheduler steps its summary, its ledger and its TTFT window, and the
+broken per-slot schedulers.
 
-The per-slot one, S8 over ``densegate.spec.scheduler``, is proved by induction
-for every value of the parameters (pass budget, sequence slots, KV blocks, max
-length, chunk cap, the gate's B/K/enabled) and of every request's prompt and
-output length, for a fixed number of request slots and block size (the scope
-says which); its invariant describes every reachable state. The others have
-no request slots, so they hold for any number of requests: S1 and S2 on the
-pass ledger, S3-S5 on the summary, S6 on the TTFT window, S7 and S9 on the
-prefill scans, S10 on one request's life, S11 on the decode scan. S8 ties the
-per-slot machine to the ledger, the summary and the window.
+S8, over ``densegate.spec.scheduler``, is proved by induction for every value of
+the parameters (pass budget, sequence slots, KV blocks, max length, chunk cap,
+the gate's B/K/enabled) and of every request's prompt and output length, for a
+fixed number of request slots and block size (its scope says which); its
+invariant describes every reachable state. It ties the per-slot machine, the one
+the implementation is compared against, to the slot-free machines the other S
+obligations are proved of. Its broken schedulers each change one hook of the spec
+machine: two here (what the gate observes), the rest beside the obligation about
+their hook (``LIFE_HOOKS``, ``SCAN_HOOKS``), all refuted here on the per-slot machine.
 """
 
 from __future__ import annotations
@@ -18,14 +19,12 @@ from types import MappingProxyType
 
 import z3
 
-from densegate.proofs.decode_scan_obligations import decode_obligation
-from densegate.proofs.pass_ledger_obligations import ledger_obligations
-from densegate.proofs.prover import Obligation, Step
-from densegate.proofs.scheduler_life_obligations import life_obligation, request_ok
-from densegate.proofs.scheduler_mutants import scheduler_mutants
-from densegate.proofs.scheduler_summary_obligations import summary_obligations
-from densegate.proofs.ttft_cover import first_token, meets_window
-from densegate.proofs.ttft_window_obligations import ttft_obligation
+from densegate.proofs.common import named_mutant
+from densegate.proofs.obligation import Mutant, Obligation, Step
+from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE, LIFE_HOOKS, request_ok
+from densegate.proofs.scheduler.scans import SCAN_HOOKS
+from densegate.proofs.scheduler.ttft_cover import first_token, meets_window
+from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.pass_ledger import ledger_facts
 from densegate.spec.scheduler import (
@@ -41,17 +40,63 @@ from densegate.spec.scheduler_summary import pass_facts
 
 __all__ = [
     "BLOCK_SIZE",
+    "PER_SLOT_MUTANTS",
+    "PER_SLOT_OBLIGATIONS",
     "SCHEDULER",
-    "SCHEDULER_OBLIGATIONS",
     "SLOTS",
     "invariant",
+    "invariant_of",
+    "per_slot_mutants",
 ]
 
 SLOTS = 3
-BLOCK_SIZE = 2
+"""Request slots S8 is proved at (``tests/test_proofs_scheduler_scale.py``: more)."""
+BLOCK_SIZE = LIFE_BLOCK_SIZE
 SCHEDULER = SchedulerMachine(SLOTS, BLOCK_SIZE)
-_MUTANTS = scheduler_mutants(SLOTS, BLOCK_SIZE)
 _SCOPE = f"{SLOTS} requests, block size {BLOCK_SIZE}"
+
+
+class _TailEscapeOnRunning(SchedulerMachine):
+    """Flaw 2: the gate is told how many run, not how many decode."""
+
+    def observe(self, p: Vars, plan: PassPlan) -> tuple[z3.ArithRef, z3.ArithRef]:
+        w, _ = super().observe(p, plan)
+        return w, z3.Sum([z3.If(x == RUNNING, 1, 0) for x in plan.st])
+
+
+class _DenseFromQueue(SchedulerMachine):
+    """Flaw 3: density counted over the whole queue, admissible or not."""
+
+    def observe(self, p: Vars, plan: PassPlan) -> tuple[z3.ArithRef, z3.ArithRef]:
+        _, d = super().observe(p, plan)
+        P, g = self.slot(p, "P"), plan.g
+        queued = z3.Sum([z3.If(x == WAITING, P[i] + g[i], 0) for i, x in enumerate(plan.st)])
+        total = plan.partial_work + queued
+        return z3.If(total < p["B"], total, p["B"]), d
+
+
+_HOOKS: dict[str, tuple[type[SchedulerMachine], str]] = {
+    "tail_escape_on_running": (
+        _TailEscapeOnRunning,
+        "gate's d counts running requests, not decoding ones (flaw 2)",
+    ),
+    "dense_from_queue": (_DenseFromQueue, "gate's w counts the whole queue (flaw 3)"),
+    **LIFE_HOOKS,
+    **SCAN_HOOKS,
+}
+
+
+def per_slot_mutants(slots: int, block_size: int) -> dict[str, Mutant]:
+    """Every broken per-slot scheduler, at ``slots`` request slots and ``block_size``."""
+    return {
+        name: named_mutant("scheduler", name, description, cls(slots, block_size))
+        for name, (cls, description) in _HOOKS.items()
+    }
+
+
+PER_SLOT_MUTANTS = per_slot_mutants(SLOTS, BLOCK_SIZE)
+"""The broken per-slot schedulers at S8's scope; all but ``prompt_only_reservation``
+(S10's, which S8's one-step facts do not see) are refuted by S8."""
 
 
 def invariant_of(m: SchedulerMachine) -> Callable[[Vars, Vars], z3.BoolRef]:
@@ -174,8 +219,6 @@ def _owed_cut_short(st: Step) -> z3.BoolRef:
 
 
 def _dense(st: Step) -> z3.BoolRef:
-    from densegate.spec.gate import reason
-
     return st.out["reason"] == reason("DENSE")
 
 
@@ -194,7 +237,7 @@ def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ig
         machine=SCHEDULER,
         prop=prop,
         invariant=invariant,
-        mutants=[_MUTANTS[m] for m in mutants],
+        mutants=[PER_SLOT_MUTANTS[m] for m in mutants],
         readable=_readable,
         trace_depth=8,
         scope=_SCOPE,
@@ -203,10 +246,11 @@ def _ob(id: str, statement: str, prop, mutants, **kw) -> Obligation:  # type: ig
     )
 
 
-SCHEDULER_OBLIGATIONS: list[Obligation] = [
+PER_SLOT_OBLIGATIONS: list[Obligation] = [
     _ob(
         "S8",
-        "the per-slot scheduler steps its summary and its ledger: every pass meets the pass "
+        f"the per-slot scheduler ({SLOTS} requests, block size {BLOCK_SIZE}) steps its "
+        "summary and its ledger: every pass meets the pass "
         "facts (a head that fits is admitted by a fire and plans >= 1 token; owed prefill "
         "gets >= min(owed, cap, T-S+1); nothing planned is negative) and the ledger facts "
         "(blocks, slots and requests at each phase boundary), its gate sees (min(planned, "
@@ -230,10 +274,4 @@ SCHEDULER_OBLIGATIONS: list[Obligation] = [
             "a tracked request's undisturbed window gives its first token",
         ],
     ),
-    ttft_obligation(),
-    *summary_obligations(SCHEDULER, _MUTANTS),
-    *ledger_obligations(),
-    life_obligation(BLOCK_SIZE),
-    decode_obligation(BLOCK_SIZE),
 ]
-SCHEDULER_OBLIGATIONS.sort(key=lambda ob: int(ob.id[1:]))

@@ -11,15 +11,14 @@ from __future__ import annotations
 import z3
 
 from densegate.proofs.common import named_mutant
-from densegate.proofs.prover import Mutant, Obligation, Step
-from densegate.proofs.scheduler_life_obligations import LIFE_BLOCK_SIZE, request_ok
-from densegate.proofs.scheduler_mutants import scheduler_mutants
+from densegate.proofs.obligation import Obligation, Step
+from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE, LIFE_HOOKS, request_ok
 from densegate.spec.decode_scan import DecodeScan
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_request import Req
 
-__all__ = ["decode_obligation"]
+__all__ = ["DECODE_OBLIGATIONS", "decode_obligation"]
 
 
 def _ok_at(bs: int):  # type: ignore[no-untyped-def]
@@ -74,17 +73,15 @@ def _small(p: Vars) -> z3.BoolRef:
     return z3.And(p["N"] <= 4, p["run0"] <= 3)
 
 
-def _scan_mutant(m: Mutant) -> Mutant:
-    return named_mutant("decode scan", m.name, m.description, _scan(m.machine))  # type: ignore[arg-type]
-
-
 def decode_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
-    """S11 at block size ``bs``."""
-    broken = scheduler_mutants(1, bs)
+    """S11 at block size ``bs``; it refutes S10's leaking preemption on the decode scan."""
+    leaks, description = LIFE_HOOKS["preemption_leaks"]
+    broken = named_mutant("decode scan", "preemption_leaks", description, _scan(leaks(1, bs)))
     return Obligation(
         id="S11",
         level="scheduler",
-        statement="decode scan: over any number of requests, the decodes keep free blocks "
+        statement=f"decode scan (block size {bs}): over any number of requests, the decodes "
+        "keep free blocks "
         ">= 0 (a decode short of a block first preempts a running request holding >= 1, or "
         "itself), keep free + held = num_blocks, only lose running requests to preemption, "
         "and a pass that preempts still decodes or owes prefill (by induction over the "
@@ -92,10 +89,13 @@ def decode_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
         machine=_scan(SchedulerMachine(1, bs)),
         prop=_prop,
         invariant=_inv,
-        mutants=[_scan_mutant(broken["preemption_leaks"])],
+        mutants=[broken],
         readable=_small,
         trace_depth=6,
         triggers=[_preempts, _takes_last],
         trigger_names=["a turn preempts", "a decode takes the last free block after a preemption"],
         scope=f"any number of requests, block size {bs}",
     )
+
+
+DECODE_OBLIGATIONS: list[Obligation] = [decode_obligation(LIFE_BLOCK_SIZE)]

@@ -1,5 +1,6 @@
-"""Injected faults (test hooks, ``DPConfig.faults``): a rank exits, dies inside a collective,
-hangs, or is slow, at a chosen tick of the first phase."""
+"""Injected faults, for tests and demos: a rank exits, dies inside a collective, hangs, or
+is slow, at a chosen tick of the first phase; through the rank's hooks
+(``densegate.impl.dp.hooks``), so the runtime holds no test hook of its own."""
 
 from __future__ import annotations
 
@@ -8,13 +9,26 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from densegate.impl.dp.collective import Collective
-from densegate.impl.dp.config import Fault
+from densegate.impl.dp.config import Phase
+from densegate.impl.dp.hooks import PhaseHooks
+from densegate.impl.dp.report import RankReport
+from densegate.impl.engine import Engine
+from densegate.impl.validation import (
+    check_choice,
+    check_instance,
+    check_int,
+    check_nonnegative_float,
+)
 
 __all__ = [
     "CRASH_EXIT_CODE",
+    "FAULT_MODES",
+    "Fault",
+    "FaultHooks",
     "Injector",
     "Schedule",
     "exit_now",
@@ -22,8 +36,31 @@ __all__ = [
     "random_schedule",
 ]
 
+FAULT_MODES = ("exit", "collective", "hang", "slow")
 CRASH_EXIT_CODE = 17
 """Exit status of a rank killed by an injected fault."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An injected fault on ``rank`` at tick ``tick`` of the first phase.
+
+    ``exit``: the rank dies before the tick's collective; ``collective``: it
+    enters the collective, waits ``seconds`` and dies inside it; ``hang``: it
+    stops answering; ``slow``: it sleeps ``seconds`` before the collective and
+    goes on (below the timeout it must not be taken for dead).
+    """
+
+    rank: int
+    tick: int
+    mode: str = "exit"
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_int("Fault", "rank", self.rank, 0)
+        check_int("Fault", "tick", self.tick, 0)
+        check_choice("Fault", "mode", self.mode, FAULT_MODES)
+        check_nonnegative_float("Fault", "seconds", self.seconds)
 
 
 def exit_now(mode: str) -> None:
@@ -64,7 +101,8 @@ def random_schedule(seed: int, max_tick: int = 40) -> Schedule:
 
 
 class Injector:
-    """One rank's faults; ``on_crash(mode)`` ends the rank ("exit") or stalls it ("hang")."""
+    """One rank's faults over one phase; ``on_crash(mode)`` ends the rank ("exit") or
+    stalls it ("hang")."""
 
     def __init__(self, faults: Sequence[Fault], on_crash: Callable[[str], None]) -> None:
         self.faults = list(faults)
@@ -83,7 +121,7 @@ class Injector:
             else:
                 self.on_crash(f.mode)
 
-    def before_collective(self, collective: Collective, vector: list[int]) -> None:
+    def before_collective(self, collective: Collective, vector: Sequence[int]) -> None:
         """If armed: enter the collective (from a thread), wait, and die inside it."""
         f = self._inside
         if f is None:
@@ -98,3 +136,24 @@ class Injector:
         threading.Thread(target=enter, daemon=True).start()
         time.sleep(f.seconds)
         self.on_crash("exit")
+
+    def finish(self, report: RankReport) -> None:
+        """Nothing to report: the survivors' reports say what the fault did."""
+
+
+@dataclass(frozen=True)
+class FaultHooks:
+    """The rank hooks that inject ``faults`` in the first phase; ``on_crash`` (default
+    ``exit_now``) must be picklable when the hooks go to rank processes."""
+
+    faults: tuple[Fault, ...]
+    on_crash: Callable[[str], None] = exit_now
+
+    def __post_init__(self) -> None:
+        check_instance("FaultHooks", "faults", self.faults, tuple)
+        for i, f in enumerate(self.faults):
+            check_instance("FaultHooks", f"faults[{i}]", f, Fault)
+
+    def phase(self, rank: int, index: int, phase: Phase, engine: Engine) -> PhaseHooks:
+        mine = [f for f in self.faults if f.rank == rank] if index == 0 else []
+        return Injector(mine, self.on_crash)

@@ -3,10 +3,12 @@
 Proved of ``RequestLife``: one request's part of a pass with everything the
 other requests decide left arbitrary, so the result holds for each request
 of a scheduler with any number of them. ``request_ok`` is the per-request half
-of the per-slot invariant (``scheduler_obligations.invariant_of`` uses it as
-is); the facts S3-S5 and S9 take as given (generated >= 0, computed <= prompt +
-generated) are conjuncts of it, and "each pass changes free blocks by exactly
-what the request gives back or takes" is what block conservation (S2) sums.
+of the per-slot invariant (``per_slot.invariant_of`` uses it as is); the facts
+S3-S5 and S9 take as given (generated >= 0, computed <= prompt + generated) are
+conjuncts of it, and "each pass changes free blocks by exactly what the request
+gives back or takes" is what block conservation (S2) sums. The broken schedulers
+here change how a request's blocks are taken or given back (``LIFE_HOOKS``); S8
+and S11 refute them too, on their own machines.
 """
 
 from __future__ import annotations
@@ -14,16 +16,38 @@ from __future__ import annotations
 import z3
 
 from densegate.proofs.common import named_mutant
-from densegate.proofs.prover import Mutant, Obligation, Step
-from densegate.proofs.scheduler_mutants import scheduler_mutants
+from densegate.proofs.obligation import Mutant, Obligation, Step
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_life import RequestLife
 from densegate.spec.scheduler_request import NOT_ARRIVED, RUNNING, WAITING, Req
 
-__all__ = ["LIFE_BLOCK_SIZE", "life_obligation", "request_ok"]
+__all__ = ["LIFE_BLOCK_SIZE", "LIFE_HOOKS", "LIFE_OBLIGATIONS", "life_obligation", "request_ok"]
 
 LIFE_BLOCK_SIZE = 2
+"""The block size S10 and S11 (and so S1-S6, which rest on them) are reported at."""
+
+
+class _PreemptionLeaks(SchedulerMachine):
+    def preempt_frees(self, held: z3.ArithRef) -> z3.ArithRef:
+        return held - 1
+
+
+class _PromptOnlyReservation(SchedulerMachine):
+    """An admission reserves blocks for the prompt only, not the tokens it recomputes."""
+
+    def reserved_tokens(self, prompt: z3.ArithRef, generated: z3.ArithRef) -> z3.ArithRef:
+        return prompt
+
+
+LIFE_HOOKS: dict[str, tuple[type[SchedulerMachine], str]] = {
+    "preemption_leaks": (_PreemptionLeaks, "a preemption returns one block too few"),
+    "prompt_only_reservation": (
+        _PromptOnlyReservation,
+        "an admission reserves blocks for the prompt only, not prompt + generated",
+    ),
+}
+"""Broken schedulers (name -> class, description) that move a request's blocks wrongly."""
 
 
 def request_ok(P: z3.ArithRef, M: z3.ArithRef, r: Req, bs: int) -> list[z3.BoolRef]:
@@ -102,17 +126,18 @@ def _readable(p: Vars) -> z3.BoolRef:
     return z3.And(p["T"] <= 6, p["N"] <= 6, p["L"] <= 6, p["cap"] <= 4, p["S"] <= 2)
 
 
-def _life_mutant(m: Mutant) -> Mutant:
-    return named_mutant("request life", m.name, m.description, RequestLife(m.machine))  # type: ignore[arg-type]
+def _life_mutant(name: str, bs: int) -> Mutant:
+    cls, description = LIFE_HOOKS[name]
+    return named_mutant("request life", name, description, RequestLife(cls(1, bs)))
 
 
 def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
     """S10 at block size ``bs`` (a Python int keeps every constraint linear)."""
-    broken = {k: _life_mutant(m) for k, m in scheduler_mutants(1, bs).items()}
     return Obligation(
         id="S10",
         level="scheduler",
-        statement="request life: whatever the other requests do (any number of them), each "
+        statement=f"request life (block size {bs}): whatever the other requests do (any "
+        "number of them), each "
         "request keeps generated >= 0, computed <= prompt + generated while queued or "
         "running, >= 1 block while running and none otherwise, blocks for every token it "
         "has computed, and each pass changes the free pool by exactly the blocks it gives "
@@ -121,7 +146,7 @@ def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
         machine=RequestLife(SchedulerMachine(1, bs)),
         prop=_facts,
         invariant=_life_inv(bs),
-        mutants=[broken["preemption_leaks"], broken["prompt_only_reservation"]],
+        mutants=[_life_mutant(name, bs) for name in LIFE_HOOKS],
         readable=_readable,
         trace_depth=8,
         triggers=[_preempted, _readmitted, _finishes],
@@ -132,3 +157,6 @@ def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
         ],
         scope=f"any number of requests, block size {bs}",
     )
+
+
+LIFE_OBLIGATIONS: list[Obligation] = [life_obligation(LIFE_BLOCK_SIZE)]
