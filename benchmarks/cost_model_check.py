@@ -24,6 +24,10 @@ import time
 from typing import Any
 
 from densegate.cli.options import add_arguments, engine_config
+from densegate.impl.engine import Engine
+from densegate.impl.figures import fmt
+from densegate.impl.traces.replay import run_trace
+from densegate.impl.traces.workload import synthetic_trace
 from densegate.lab.cost import (
     PassTimeline,
     Profile,
@@ -33,10 +37,6 @@ from densegate.lab.cost import (
     modeled_figures,
 )
 from densegate.lab.cost.measure import profile_torch
-from densegate.impl.engine import Engine
-from densegate.impl.figures import fmt
-from densegate.impl.traces.replay import run_trace
-from densegate.impl.traces.workload import synthetic_trace
 
 
 def _run(gate: str, gen: int, seed: int) -> tuple[Engine, PassTimeline, float]:

@@ -43,9 +43,9 @@ for _name in ("torchvision", "torchaudio", "torchcodec"):
 
 from scheduler_cost import TRACE_CONFIG, TRACE_OUTPUT_SIGMA, TRACE_RATE  # noqa: E402
 
-from densegate.lab.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS  # noqa: E402
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace  # noqa: E402
+from densegate.lab.bench.workloads import MAX_MODEL_LEN, MAX_NUM_SEQS, TOKEN_BUDGET, WORKLOADS  # noqa: E402
 from tests.support.vllm_harness import Cadence, Limits, Replay, build, replay  # noqa: E402
 
 SCHED_COST = "sched-cost"

@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import import_module
 from typing import Any, NoReturn
 
 from densegate.cli.extras import missing_extra_line
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
 
 COMMANDS: dict[str, str] = {
     "prove": "densegate.cli.prove",
@@ -35,11 +35,16 @@ BROKEN_PIPE = 141
 """Exit status when stdout closes early (128 + SIGPIPE, as a shell reports ``head``'s writer)."""
 
 
+class UsageError(Exception):
+    """A bad command line: ``main`` prints it as one line and returns 2."""
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (argparse prints the whole usage first)."""
+    """argparse, but a usage error is one line (argparse prints the whole usage first) and
+    comes back from ``main`` as 2, like every other bad input, instead of ``SystemExit``."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
 class _Version(argparse.Action):
@@ -55,22 +60,32 @@ class _Version(argparse.Action):
             v = version("densegate")
         except PackageNotFoundError:
             v = "(not installed as a distribution)"
-        parser.exit(0, f"densegate {v}\n")
+        print(f"densegate {v}")  # on stdout, as argparse's own version action prints
+        parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(full: Iterable[str] = ()) -> argparse.ArgumentParser:
+    """Every subcommand, listed; only those in ``full`` get their flags (an
+    ``add_arguments`` may import what its help needs, ``prove``'s the registry)."""
     parser = _Parser(
         prog="densegate",
         description="A verified dense prefill gate and the scheduler around it.",
     )
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = set(full)
     for name, module in COMMANDS.items():
         mod = import_module(module)
         p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
+        if name in chosen:
+            mod.add_arguments(p)
         p.set_defaults(_main=mod.main)
     return parser
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word (the top level's flags take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def _quiet_stdout() -> None:
@@ -82,8 +97,12 @@ def _quiet_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        # --help, --version and a usage error leave through SystemExit, as argparse's do.
-        args = build_parser().parse_args(argv)
+        words = sys.argv[1:] if argv is None else list(argv)
+        try:  # --help and --version still leave through SystemExit(0), as argparse's do
+            args = build_parser([c] if (c := _command(words)) else []).parse_args(words)
+        except UsageError as e:
+            print(e, file=sys.stderr)
+            return 2
         try:
             code: int = args._main(args)
         except ModuleNotFoundError as e:

@@ -21,7 +21,7 @@ from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import Request, RequestStatus, stop_set
 from densegate.impl.sched.scheduler import Scheduler
-from densegate.impl.validation import check_choice, check_optional_int, is_int
+from densegate.impl.validation import check_choice, check_optional_int, int_problem, is_int
 
 __all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
 
@@ -169,8 +169,9 @@ class Engine:
         bad = next((t for t in prompt_token_ids if not is_int(t)), None)
         if bad is not None:
             raise ValueError(f"prompt_token_ids must hold ints, got {bad!r}")
-        if not is_int(max_tokens):
-            raise ValueError(f"max_tokens must be an int, got {max_tokens!r}")
+        why = int_problem("max_tokens", max_tokens)
+        if why is not None:
+            raise ValueError(why)
         return list(prompt_token_ids)
 
     def add_request(

@@ -22,6 +22,7 @@ __all__ = [
     "check_optional_int",
     "check_positive_float",
     "exact_fraction",
+    "fit_problem",
     "index_int",
     "int_problem",
     "is_int",
@@ -151,3 +152,15 @@ def exact_fraction(owner: str, field: str, value: object) -> Fraction:
     if not 0 < value <= 1:
         raise ValueError(f"{owner}.{field} must be in (0, 1], got {value!r}")
     return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+
+def fit_problem(label: str, prompt_len: int, output_len: int, max_model_len: int) -> str | None:
+    """Why a request of ``prompt_len`` prompt and ``output_len`` output tokens can never fit
+    ``max_model_len``, or None: checked before its prompt is built, which for an absurd
+    length would not fit in memory either."""
+    if prompt_len + output_len > max_model_len:
+        return (
+            f"{label}: prompt_len + output_len must be <= max_model_len ({max_model_len}), "
+            f"got {prompt_len} + {output_len}"
+        )
+    return None

@@ -230,11 +230,10 @@ def _stall_argv(base: list[str], s: str) -> list[str]:
 def _bench_stall(args: list[str]) -> str:
     """The STALL valve at several S beside the valve off and the gate off, one row per
     (workload, policy): pass figures, and modeled ones when the base args give ``--cost``."""
-    from densegate.lab.bench import WORKLOADS
+    from densegate.lab.bench import BENCH_STALL_PASSES, WORKLOADS
 
     sweep, base = _stall_sweep(args)
     ref = parse_tables(cli_output(["bench", *base]))
-    from densegate.lab.bench import BENCH_STALL_PASSES
 
     # The base run's own densegate-stall column is S = BENCH_STALL_PASSES unless it sets S.
     own = None if "--stall-passes" in base else str(BENCH_STALL_PASSES)
@@ -344,6 +343,20 @@ def _proofs(args: list[str]) -> str:
     return _md(["id", "level", "statement", "scope", "mutants"], rows, right=1)
 
 
+def _proof_levels(args: list[str]) -> str:
+    """The proof registry's levels: name (``densegate prove --level NAME``), what each
+    proves and how many obligations it holds."""
+    from densegate.proofs import registry
+
+    if args:
+        raise GeneratorError("proof-levels takes no arguments")
+    rows = []
+    for lv in registry.LEVELS:
+        ids = list(getattr(lv, "ids", ()))
+        rows.append([f"`{lv.name}`", str(getattr(lv, "summary", "")), str(len(ids))])
+    return _md(["level", "what it proves", "obligations"], rows, right=1)
+
+
 def _bench_src(a: list[str]) -> list[str]:
     return [_cmd("bench", *a)]
 
@@ -372,6 +385,8 @@ GENERATORS: dict[str, Generator] = {
                   _properties),
         Generator("proofs", "obligations of the proof registry, by level",
                   lambda a: ["proofs/registry.py"], _proofs),
+        Generator("proof-levels", "the proof registry's levels",
+                  lambda a: ["proofs/registry.py"], _proof_levels),
     )
 }  # fmt: skip
 """Every block kind a doc may carry, by name."""

@@ -92,12 +92,26 @@ def doc_files(root: pathlib.Path) -> list[pathlib.Path]:
     return out + sorted((root / "docs").rglob("*.md"))
 
 
+def _fenced(lines: Sequence[str]) -> list[bool]:
+    """For each line, whether it is inside a fenced code block (or is a fence)."""
+    out, inside = [], False
+    for line in lines:
+        fence = line.lstrip().startswith("```")
+        out.append(inside or fence)
+        inside = inside != fence
+    return out
+
+
 def find_blocks(rel: str, lines: Sequence[str]) -> tuple[list[Block], list[str]]:
     """The blocks of one doc, and its malformed markers (one problem line each)."""
     blocks: list[Block] = []
     problems: list[str] = []
+    fenced = _fenced(lines)
     i = 0
     while i < len(lines):
+        if fenced[i]:  # a marker shown in a code block is an example, not a block
+            i += 1
+            continue
         m = BEGIN.match(lines[i])
         if END.match(lines[i]):
             problems.append(f"{rel}:{i + 1}: an end marker with no block open")
@@ -105,7 +119,10 @@ def find_blocks(rel: str, lines: Sequence[str]) -> tuple[list[Block], list[str]]
             i += 1
             continue
         j = next((k for k in range(i + 1, len(lines)) if END.match(lines[k])), None)
-        nested = next((k for k in range(i + 1, j or len(lines)) if BEGIN.match(lines[k])), None)
+        nested = next(
+            (k for k in range(i + 1, j or len(lines)) if BEGIN.match(lines[k]) and not fenced[k]),
+            None,
+        )
         if j is None or nested is not None:
             problems.append(f"{rel}:{i + 1}: block {m['spec']!r} is not closed before the next")
             i = nested if nested is not None else len(lines)
@@ -187,10 +204,8 @@ def broken_links(
     out = []
     for path in list(paths) if paths is not None else doc_files(root):
         rel = path.relative_to(root) if path.is_relative_to(root) else path
-        fenced = False
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if line.lstrip().startswith("```"):
-                fenced = not fenced
+        lines = path.read_text().splitlines()
+        for n, (line, fenced) in enumerate(zip(lines, _fenced(lines), strict=True), 1):
             if fenced:
                 continue
             for m in LINK.finditer(line):

@@ -301,7 +301,6 @@ def _wrap(wrap: Callable[[DpMachine], Machine], m: Mutant) -> Mutant:
 
 def _ob(
     id: str,
-    statement: str,
     prop: Prop,
     invariant: Callable[[Vars, Vars], z3.BoolRef],
     mutants: Sequence[str],
@@ -315,7 +314,7 @@ def _ob(
     return Obligation(
         id=id,
         level="dp",
-        statement=statement,
+        statement=statement(id),
         machine=machine,
         prop=prop,
         invariant=invariant,
@@ -329,7 +328,6 @@ def _ob(
 DP_OBLIGATIONS: list[Obligation] = [
     _ob(
         "D1",
-        statement("D1"),
         _d1,
         _d1_inv,
         ["local_dense", "local_tail_escape", "wall_clock_stall", "local_hold_counter"],
@@ -338,7 +336,6 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D2",
-        statement("D2"),
         bounded_hold(reason("BUDGET")),
         age_is_hold,
         [
@@ -353,14 +350,12 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D3",
-        statement("D3"),
         _d3,
         true_invariant,
         ["tail_escape_dropped", "local_tail_escape"],
     ),
     _ob(
         "D4",
-        statement("D4"),
         one_command_and_ranked,
         hold_bounded,
         ["stall_gap", "kv_overlap", "hold_not_counted", "growth_resets_budget"],
@@ -368,14 +363,12 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D5",
-        statement("D5"),
         _d5,
         true_invariant,
         ["disabled_ignored", "delayer_ignores_disabled"],
     ),
     _ob(
         "D6",
-        statement("D6"),
         _d6,
         lambda p, s: s["h"] == s["dp_h"],
         [
@@ -390,7 +383,6 @@ DP_OBLIGATIONS: list[Obligation] = [
     ),
     _ob(
         "D7",
-        statement("D7"),
         _d7,
         true_invariant,
         ["dense_any_rank", "dense_unscaled", "dense_strict", "tail_escape_dropped"],

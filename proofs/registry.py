@@ -76,9 +76,12 @@ class Level:
             )
         return [found[i] for i in self.ids]
 
-    def mutant_names(self) -> set[str]:
-        """Every name in the level's mutant catalogs."""
-        return {name for source in self.sources for name in source.catalog()}
+    def unused_mutants(self) -> set[str]:
+        """The names in the level's mutant catalogs that none of its obligations refutes
+        (by name, over the whole level: a catalog's variant may be refuted on another
+        module's machine, as S10 refutes the per-slot ``prompt_only_reservation``)."""
+        named = {name for source in self.sources for name in source.catalog()}
+        return named - {m.name for ob in self.obligations() for m in ob.mutants}
 
 
 def _scheduler(module: str, obligations: str, mutants: str | None = None) -> Source:

@@ -14,6 +14,13 @@ __all__ = ["print_report", "render_trace", "to_json"]
 _STYLE = {"proved": "green", "refuted": "green", "failed": "red", "survived": "red"}
 
 
+def _display(trace: Trace | None) -> list[dict[str, Any]] | None:
+    """The rows as the report prints them, where that differs from the rows (else None)."""
+    if trace is None or trace.display is None or trace.display == trace.rows:
+        return None
+    return trace.display
+
+
 def _mutant_json(m: MutantResult) -> dict[str, Any]:
     return {
         "name": m.name,
@@ -22,7 +29,7 @@ def _mutant_json(m: MutantResult) -> dict[str, Any]:
         "seconds": round(m.seconds, 4),
         "params": m.trace.params if m.trace else None,
         "trace": m.trace.rows if m.trace else [],
-        "display": m.trace.display if m.trace and m.trace.display is not None else None,
+        "display": _display(m.trace),
         "reason": m.reason,
     }
 
@@ -64,8 +71,8 @@ def _sanity_cell(r: ObligationResult) -> str:
 
 def to_json(results: list[ObligationResult], seconds: float) -> dict[str, Any]:
     """One object: per obligation its level, id, statement, status, what the proof covers
-    (``scope_statement``), its checks and its mutants (status, trace as rows and as the
-    report prints them); the run's seconds."""
+    (``scope_statement``), its checks and its mutants (status, trace as rows and, where
+    the report prints them otherwise, as printed: ``display``); the run's seconds."""
     return {
         "obligations": [
             {

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from densegate.cli.main import main as cli_main
+from densegate.impl.traces.workload import TraceRequest
 from densegate.lab.bench import (
     BENCH_POLICIES,
     ROWS,
@@ -26,7 +27,6 @@ from densegate.lab.bench import (
     run_bench,
     run_policy,
 )
-from densegate.impl.traces.workload import TraceRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = 10  # requests per workload: every policy drains it in well under a second

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import settings
 
 from densegate.cli import main as cli
-from densegate.lab.baselines.policies import LegacyPolicy, OriginalPolicy, RawCounts
 from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate, Reason
+from densegate.lab.baselines.policies import LegacyPolicy, OriginalPolicy, RawCounts
 from densegate.testing import (
     PROPERTIES,
     ConformanceReport,

@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from densegate.impl.engine import Engine
+from densegate.impl.sched.batch import ScheduledBatch, SeqChunk
+from densegate.impl.traces.replay import run_trace
 from densegate.lab.cost import (
     FEATURES,
     LinearPassModel,
@@ -26,9 +29,6 @@ from densegate.lab.cost import (
     roofline_profile,
     tick_ms,
 )
-from densegate.impl.engine import Engine
-from densegate.impl.sched.batch import ScheduledBatch, SeqChunk
-from densegate.impl.traces.replay import run_trace
 from tests.support.dp_small import ENGINE, small_trace
 
 TRUE = {

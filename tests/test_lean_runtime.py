@@ -13,9 +13,9 @@ import json
 import pathlib
 import subprocess
 import sys
-import tomllib
 
 import pytest
+import tomllib
 
 import densegate.impl
 

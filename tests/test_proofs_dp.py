@@ -1,82 +1,54 @@
-"""The dp proofs: D1-D7 proved for all parameters and any rank count; every mutant is
-refuted by a trace that is a real run of that mutant and that the implementation,
-replayed on it, does not follow."""
+"""The dp proofs' traces and the prover on the dp level.
+
+``densegate prove`` proves D1-D7 for all parameters and any rank count
+(``tests/test_proof_registry.py`` reads its run); here every refuting trace of that
+run is shown to be a real run of its mutant that the implementation, replayed on
+it, does not follow, and the prover fails on a wrong or leaky spec.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from fractions import Fraction
 from typing import Any
 
 import pytest
 
 import densegate.proofs.prover as prover
-from densegate.cli.main import main
 from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import GateConfig, GateInput, PrefillGate, Reason
-from densegate.proofs.dp_mutants import DP_MUTANTS
-from densegate.proofs.dp_obligations import DP_OBLIGATIONS
-from densegate.proofs.prover import Mutant, Obligation, ObligationResult, Trace, prove
+from densegate.proofs.dp_obligations import DP_MUTANTS, DP_OBLIGATIONS
+from densegate.proofs.obligation import Obligation
+from densegate.proofs.prover import prove
 from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair
 from densegate.spec.machine import Machine, evaluate
+from tests.support.prove_run import prove_run
 
-IDS = [f"D{i}" for i in range(1, 8)]
+Row = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, ObligationResult]:
-    return {ob.id: prove(ob) for ob in DP_OBLIGATIONS}
+@pytest.fixture(scope="session")
+def proved() -> dict[str, dict[str, Any]]:
+    return prove_run().by_id
 
 
 def _ob(id: str) -> Obligation:
     return next(o for o in DP_OBLIGATIONS if o.id == id)
 
 
-def test_d_obligations_proved_for_all_parameters_and_any_rank_count(
-    results: dict[str, ObligationResult],
+def test_d_obligations_are_for_all_parameters_and_any_rank_count(
+    proved: dict[str, dict[str, Any]],
 ) -> None:
-    assert sorted(results) == IDS
-    for r in results.values():
-        assert r.status == "proved", (r.id, r.checks)
-        assert r.parametric and r.bound is None, r.id
-        assert [c.status for c in r.checks] == ["unsat"] * 3, r.id
-    # N is a symbolic parameter of every single-rank and two-rank obligation, not a constant
     for ob in DP_OBLIGATIONS:
+        o = proved[ob.id]
+        assert o["parametric"] is True and o["bound"] is None and o["scope"] is None, ob.id
+        # N is a symbolic parameter of every single-rank and two-rank machine, not a constant
         if ob.id != "D6":
             assert "N" in ob.machine.param_sorts, ob.id
 
 
-def test_every_obligation_has_refuted_mutants(results: dict[str, ObligationResult]) -> None:
-    for r in results.values():
-        assert r.mutants, r.id
-        for m in r.mutants:
-            assert m.status == "refuted", (r.id, m.name, m.reason)
-            assert m.trace is not None and m.trace.rows
-
-
-def test_every_dp_mutant_is_used() -> None:
-    used = {m.name for ob in DP_OBLIGATIONS for m in ob.mutants}
-    assert used == set(DP_MUTANTS)
-
-
-def test_dp_level_is_fast(results: dict[str, ObligationResult]) -> None:
-    # the non-vacuity checks (their own test below) are not part of this budget
-    total = sum(
-        r.seconds - sum(c.seconds for c in r.sanity) + sum(m.seconds for m in r.mutants)
-        for r in results.values()
-    )
-    assert total < 5.0, total
-
-
-def test_premises_and_triggers_satisfiable_and_one_command_enabled(
-    results: dict[str, ObligationResult],
-) -> None:
-    for r in results.values():
-        by = {c.name: c.status for c in r.sanity}
-        assert by.pop("premise") == "sat" and by.pop("exactly one command") == "unsat", r.id
-        assert set(by.values()) <= {"sat"}, (r.id, by)
-    d3 = [c.reason for c in results["D3"].sanity if c.name.startswith("trigger")]
+def test_triggers_are_the_implications_antecedents(proved: dict[str, dict[str, Any]]) -> None:
+    d3 = [t["condition"] for t in proved["D3"]["triggers"]]
     assert d3 == ["And(W@0 > 0, D@0 == 0)", "reason@0 == NO_DECODE"]
 
 
@@ -84,7 +56,7 @@ def test_premises_and_triggers_satisfiable_and_one_command_enabled(
 
 
 def _replay(
-    machine: Machine, trace: Trace, own_run: bool = True
+    machine: Machine, params: dict[str, Any], rows: list[Row], own_run: bool = True
 ) -> list[tuple[dict[str, Any], dict[str, Any]] | None]:
     """Run the trace's observations through ``machine`` from its initial state.
 
@@ -94,12 +66,12 @@ def _replay(
     """
     state = {k: 0 for k in machine.state_sorts}
     out: list[tuple[dict[str, Any], dict[str, Any]] | None] = []
-    for row in trace.rows:
+    for row in rows:
         if own_run:
             assert {k: row[k] for k in state} == state, "trace is not a run from init"
         obs = {k: row[k] for k in machine.obs_sorts}
         try:
-            _, o, nxt = evaluate(machine, trace.params, state, obs)
+            _, o, nxt = evaluate(machine, params, state, obs)
         except ValueError:  # no command or several: the mutant has no single answer
             out.append(None)
             break
@@ -112,18 +84,17 @@ def _mutant_machines(ob: Obligation) -> dict[str, Machine]:
     return {m.name: m.machine for m in ob.mutants}
 
 
-def test_mutant_traces_are_real_runs_of_the_mutant(results: dict[str, ObligationResult]) -> None:
+def test_mutant_traces_are_real_runs_of_the_mutant(proved: dict[str, dict[str, Any]]) -> None:
     for ob in DP_OBLIGATIONS:
         machines = _mutant_machines(ob)
-        for m in results[ob.id].mutants:
-            assert m.trace is not None
-            replay = _replay(machines[m.name], m.trace)
-            for row, got in zip(m.trace.rows, replay, strict=False):
+        for m in proved[ob.id]["mutants"]:
+            replay = _replay(machines[m["name"]], m["params"], m["trace"])
+            for row, got in zip(m["trace"], replay, strict=False):
                 if got is None or any(row.get(k) is None for k in got[0]):
                     continue
                 o, nxt = got
-                assert {k: row[k] for k in o} == o, (ob.id, m.name, row)
-                assert {k: row[f"next_{k}"] for k in nxt} == nxt, (ob.id, m.name, row)
+                assert {k: row[k] for k in o} == o, (ob.id, m["name"], row)
+                assert {k: row[f"next_{k}"] for k in nxt} == nxt, (ob.id, m["name"], row)
 
 
 def _aligned(params: dict[str, Any]) -> AlignedGate:
@@ -155,16 +126,15 @@ def _h(run: list[tuple[str, Any]]) -> list[tuple[str, int]]:
 
 
 def test_mutant_traces_separate_mutant_from_implementation(
-    results: dict[str, ObligationResult],
+    proved: dict[str, dict[str, Any]],
 ) -> None:
     """Replayed on AlignedGate (and PrefillGate for D6), every refuting trace makes the
     implementation and the mutant disagree, while the spec agrees with the implementation."""
     for ob in DP_OBLIGATIONS:
         machines = _mutant_machines(ob)
-        for m in results[ob.id].mutants:
-            assert m.trace is not None
-            p, rows = m.trace.params, m.trace.rows
-            mutant = _replay(machines[m.name], m.trace)
+        for m in proved[ob.id]["mutants"]:
+            name, p, rows = m["name"], m["params"], m["trace"]
+            mutant = _replay(machines[name], p, rows)
             n = len(mutant)
             if ob.id == "D6":  # the one-rank product: PrefillGate and AlignedGate(N=1)
                 single = PrefillGate(GateConfig(p["B"], p["K"], p["enabled"]))
@@ -187,18 +157,18 @@ def test_mutant_traces_separate_mutant_from_implementation(
                     ]
                     for i in (1, 2)
                 ]
-                assert impl != copies[0] or impl != copies[1], (ob.id, m.name)
-                assert copies[0] != copies[1], (ob.id, m.name)
+                assert impl != copies[0] or impl != copies[1], (ob.id, name)
+                assert copies[0] != copies[1], (ob.id, name)
                 continue
             else:
                 impl = _h(_impl_run(p, rows[:n]))
                 want = [(o["reason"], nxt["h"]) if o else None for o, nxt in _pairs(mutant)]
                 spec = [
                     (o["reason"], nxt["h"])
-                    for o, nxt in _pairs(_replay(DP, m.trace, own_run=False))
+                    for o, nxt in _pairs(_replay(DP, p, rows, own_run=False))
                 ]
-                assert spec[:n] == impl, (ob.id, m.name)
-            assert impl != want, (ob.id, m.name)
+                assert spec[:n] == impl, (ob.id, name)
+            assert impl != want, (ob.id, name)
 
 
 def _pairs(
@@ -237,11 +207,10 @@ def test_two_budgets_hold_their_sum_the_aligned_gate_one_budget() -> None:
 
 
 def test_two_budgets_trace_shows_one_budget_spent_and_another_started(
-    results: dict[str, ObligationResult],
+    proved: dict[str, dict[str, Any]],
 ) -> None:
-    (m,) = [m for m in results["D2"].mutants if m.name == "two_budgets"]
-    assert m.trace is not None
-    K, rows = m.trace.params["K"], m.trace.rows
+    (m,) = [m for m in proved["D2"]["mutants"] if m["name"] == "two_budgets"]
+    K, rows = m["params"]["K"], m["trace"]
     assert K >= 3 and len(rows) == K  # K held ticks: one more than the budget allows
     assert all(r["fire"] is False for r in rows)
     assert rows[-1]["next_age"] == K
@@ -275,22 +244,3 @@ def test_wrong_refinement_fails_with_counterexample() -> None:
     r = prove(dataclasses.replace(_ob("D6"), machine=one_rank(strict)))
     assert r.status == "failed" and r.trace is not None
     assert r.trace.rows[-1]["reason"] != r.trace.rows[-1]["dp_reason"]
-
-
-def test_surviving_mutant_fails_the_run() -> None:
-    harmless = Mutant("identity", "the spec itself", DP)
-    r = prove(dataclasses.replace(_ob("D3"), mutants=[harmless]))
-    assert r.status == "proved" and r.mutants[0].status == "survived" and not r.ok
-
-
-def test_cli_json_for_the_dp_level(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["prove", "--json", "--level", "dp"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert [o["id"] for o in doc["obligations"]] == IDS
-    for o in doc["obligations"]:
-        assert o["level"] == "dp" and o["status"] == "proved"
-        assert o["parametric"] is True and o["bound"] is None
-        assert o["premise_satisfiable"] is True and o["exactly_one_command"] is True
-        assert all(t["reachable"] for t in o["triggers"]), o["id"]
-        for m in o["mutants"]:
-            assert m["status"] == "refuted" and m["trace"]

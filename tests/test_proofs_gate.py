@@ -1,9 +1,15 @@
-"""The gate proofs: P1-P7 proved for all parameters; every mutant refuted by a real trace."""
+"""The gate proofs' traces and the prover's machinery on the gate.
+
+``densegate prove`` proves P1-P7 (``tests/test_proof_registry.py`` reads its run);
+here each refuting trace of that run is replayed on its mutant, on the spec and on
+``PrefillGate``, and the prover is shown to fail where it should: a resource limit,
+a wrong spec, a surviving mutant, a contradictory premise, an unreachable trigger.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import json
+from typing import Any
 
 import pytest
 import z3
@@ -11,49 +17,52 @@ import z3
 import densegate.proofs.prover as prover
 from densegate.cli.main import main
 from densegate.impl import GateConfig, GateInput, PrefillGate
-from densegate.proofs.gate_mutants import GATE_MUTANTS
-from densegate.proofs.gate_obligations import GATE_OBLIGATIONS
-from densegate.proofs.prover import Mutant, ObligationResult, prove
+from densegate.proofs.gate_obligations import GATE_MUTANTS, GATE_OBLIGATIONS
+from densegate.proofs.obligation import Mutant
+from densegate.proofs.prover import prove
+from densegate.proofs.registry import level
 from densegate.spec.gate import GATE, GateMachine
-from densegate.spec.machine import evaluate
+from densegate.spec.machine import Machine, evaluate
+from tests.support.prove_run import prove_run
+from tests.support.toy_obligations import TOY_OBLIGATIONS
+
+P_IDS = [ob.id for ob in GATE_OBLIGATIONS]
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, ObligationResult]:
-    return {ob.id: prove(ob) for ob in GATE_OBLIGATIONS}
+@pytest.fixture(scope="session")
+def proved() -> dict[str, dict[str, Any]]:
+    return prove_run().by_id
 
 
-def test_p1_to_p7_proved_for_all_parameters(results: dict[str, ObligationResult]) -> None:
-    assert sorted(results) == [f"P{i}" for i in range(1, 8)]
-    for r in results.values():
-        assert r.status == "proved", (r.id, r.checks)
-        assert r.parametric and r.bound is None
-        assert [c.status for c in r.checks] == ["unsat"] * 3
+def _mutants(proved: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(obligation id, mutant) for every mutant of P1-P7 in the run."""
+    return [(i, m) for i in P_IDS for m in proved[i]["mutants"]]
 
 
-def test_every_obligation_has_a_refuted_mutant(results: dict[str, ObligationResult]) -> None:
-    for r in results.values():
-        assert r.mutants, r.id
-        for m in r.mutants:
-            assert m.status == "refuted", (r.id, m.name, m.reason)
-            assert m.trace is not None and m.trace.rows
+def test_p_obligations_are_parametric_and_traces_show_the_gate(
+    proved: dict[str, dict[str, Any]],
+) -> None:
+    assert set(P_IDS) <= set(level("gate").ids)
+    for i in P_IDS:
+        o = proved[i]
+        assert o["parametric"] is True and o["bound"] is None and o["scope"] is None, i
+        assert o["scope_statement"] == "all parameters"
+    for _, m in _mutants(proved):
+        assert {"w", "d", "h", "fire", "reason"} <= set(m["trace"][0]), m["name"]
 
 
-def test_every_gate_mutant_is_used() -> None:
-    used = {m.name for ob in GATE_OBLIGATIONS for m in ob.mutants}
-    assert used == set(GATE_MUTANTS)
-
-
-def _replay(machine, trace, own_run=True):  # type: ignore[no-untyped-def]
+def _replay(
+    machine: Machine, params: dict[str, Any], rows: list[dict[str, Any]], own_run: bool = True
+) -> list[tuple[str, int] | None]:
     """Re-run a trace's observations through a machine; return (reason, next h) per pass.
 
     With ``own_run`` the trace must be this machine's run from the initial state.
     """
     h, out = 0, []
-    for row in trace.rows:
+    for row in rows:
         assert not own_run or row["h"] == h, "trace is not a run from the initial state"
         try:
-            _, o, nxt = evaluate(machine, trace.params, {"h": h}, {"w": row["w"], "d": row["d"]})
+            _, o, nxt = evaluate(machine, params, {"h": h}, {"w": row["w"], "d": row["d"]})
         except ValueError:  # no command or several: the mutant has no single answer
             out.append(None)
             break
@@ -62,30 +71,28 @@ def _replay(machine, trace, own_run=True):  # type: ignore[no-untyped-def]
     return out
 
 
-def test_mutant_traces_are_real_runs_of_the_mutant(results: dict[str, ObligationResult]) -> None:
-    for r in results.values():
-        for m in r.mutants:
-            replay = _replay(GATE_MUTANTS[m.name].machine, m.trace)
-            for row, got in zip(m.trace.rows, replay, strict=False):
-                if got is not None and row.get("reason") is not None:
-                    assert (row["reason"], row["next_h"]) == got, (r.id, m.name, row)
+def test_mutant_traces_are_real_runs_of_the_mutant(proved: dict[str, dict[str, Any]]) -> None:
+    for ob_id, m in _mutants(proved):
+        replay = _replay(GATE_MUTANTS[m["name"]].machine, m["params"], m["trace"])
+        for row, got in zip(m["trace"], replay, strict=False):
+            if got is not None and row.get("reason") is not None:
+                assert (row["reason"], row["next_h"]) == got, (ob_id, m["name"], row)
 
 
 def test_mutant_traces_separate_mutant_from_implementation(
-    results: dict[str, ObligationResult],
+    proved: dict[str, dict[str, Any]],
 ) -> None:
     """Replayed on PrefillGate, every refuting trace makes impl and mutant disagree."""
-    for r in results.values():
-        for m in r.mutants:
-            p = m.trace.params
-            gate = PrefillGate(GateConfig(p["B"], p["K"], p["enabled"]))
-            mutant = _replay(GATE_MUTANTS[m.name].machine, m.trace)
-            impl = []
-            for row in m.trace.rows[: len(mutant)]:
-                dec = gate.decide(GateInput(row["w"], row["d"]))
-                impl.append((dec.reason.name, gate.hold_passes))
-            assert impl != mutant, (r.id, m.name)
-            assert _replay(GATE, m.trace, own_run=False)[: len(impl)] == impl
+    for ob_id, m in _mutants(proved):
+        p, rows = m["params"], m["trace"]
+        gate = PrefillGate(GateConfig(p["B"], p["K"], p["enabled"]))
+        mutant = _replay(GATE_MUTANTS[m["name"]].machine, p, rows)
+        impl: list[tuple[str, int] | None] = []
+        for row in rows[: len(mutant)]:
+            dec = gate.decide(GateInput(row["w"], row["d"]))
+            impl.append((dec.reason.name, gate.hold_passes))
+        assert impl != mutant, (ob_id, m["name"])
+        assert _replay(GATE, p, rows, own_run=False)[: len(impl)] == impl
 
 
 def test_resource_out_is_unknown_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,26 +112,9 @@ def test_wrong_spec_fails_with_counterexample() -> None:
 
 def test_surviving_mutant_fails_the_run() -> None:
     harmless = Mutant("identity", "the spec itself", GATE)
-    ob = dataclasses.replace(GATE_OBLIGATIONS[0], mutants=[harmless])
+    ob = dataclasses.replace(TOY_OBLIGATIONS[0], mutants=[harmless])
     r = prove(ob)
     assert r.status == "proved" and r.mutants[0].status == "survived" and not r.ok
-
-
-def test_cli_json_is_one_object(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["prove", "--json", "--level", "gate"]) == 0
-    doc = json.loads(capsys.readouterr().out)
-    assert set(doc) == {"obligations", "seconds"}
-    ids = [o["id"] for o in doc["obligations"]]
-    assert ids == [f"P{i}" for i in range(1, 8)] + ["V1", "V2", "V3", "V4"]  # V: the STALL valve
-    for o in doc["obligations"]:
-        assert o["level"] == "gate" and o["status"] == "proved"
-        assert o["parametric"] is True and o["bound"] is None
-        assert isinstance(o["seconds"], float)
-        assert o["premise_satisfiable"] is True and o["exactly_one_command"] is True
-        assert all(t["reachable"] for t in o["triggers"]), o["id"]
-        for m in o["mutants"]:
-            assert m["status"] == "refuted" and m["trace"]
-            assert {"w", "d", "h", "fire", "reason"} <= set(m["trace"][0])
 
 
 def test_cli_exits_nonzero_when_something_is_not_proved(
@@ -140,16 +130,9 @@ def test_cli_rejects_unknown_ids() -> None:
         main(["prove", "--only", "P9"])
 
 
-def test_every_premise_and_trigger_is_satisfiable_and_one_command_enabled(
-    results: dict[str, ObligationResult],
-) -> None:
-    for r in results.values():
-        by = {c.name: c.status for c in r.sanity}
-        assert by.pop("premise") == "sat" and by.pop("exactly one command") == "unsat", r.id
-        assert set(by.values()) <= {"sat"}, (r.id, by)
+def test_a_trigger_is_its_implications_antecedent(proved: dict[str, dict[str, Any]]) -> None:
     # P2's trigger is the antecedent of its implication, w > 0 and d = 0
-    p2 = [c.reason for c in results["P2"].sanity if c.name.startswith("trigger")]
-    assert p2 == ["And(w@0 > 0, d@0 == 0)"]
+    assert [t["condition"] for t in proved["P2"]["triggers"]] == ["And(w@0 > 0, d@0 == 0)"]
 
 
 class _Contradictory(GateMachine):
@@ -176,52 +159,6 @@ def test_unreachable_trigger_is_rejected_as_vacuous() -> None:
     r = prove(dataclasses.replace(p4, prop=never_fires_on_negative_d, mutants=[]))
     assert r.checks[-1].status == "unsat"  # holds, but only because d < 0 never happens
     assert r.status == "vacuous" and not r.ok
-
-
-def test_cli_worker_processes_give_the_same_results(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["prove", "--json", "--level", "gate", "--level", "dp", "--only", "P2,P4,D3"]
-    assert main([*args, "--jobs", "1"]) == 0
-    one = json.loads(capsys.readouterr().out)["obligations"]
-    assert main([*args, "--jobs", "2"]) == 0
-    two = json.loads(capsys.readouterr().out)["obligations"]
-    assert [o["id"] for o in two] == ["P2", "P4", "D3"]
-    for a, b in zip(one, two, strict=True):
-        assert (a["status"], a["triggers"], len(a["mutants"])) == (
-            b["status"],
-            b["triggers"],
-            len(b["mutants"]),
-        )
-        # the mutants ran in a task of their own and came back to their obligation
-        assert [(m["name"], m["status"]) for m in a["mutants"]] == [
-            (m["name"], m["status"]) for m in b["mutants"]
-        ]
-        assert all(m["trace"] for m in b["mutants"])
-
-
-def test_cli_help_names_every_level(capsys: pytest.CaptureFixture[str]) -> None:
-    from densegate.proofs.registry import LEVELS
-
-    with pytest.raises(SystemExit):
-        main(["prove", "--help"])
-    text = "".join(capsys.readouterr().out.split())  # argparse may wrap at a hyphen
-    for level in LEVELS:
-        assert level in text, level
-
-
-def test_worker_tasks_cover_every_obligation_and_its_mutants_once() -> None:
-    from densegate.cli.prove import _tasks
-    from densegate.proofs.registry import LEVELS, obligations
-
-    obs = obligations(None)
-    levels = {id(o): lv for lv in LEVELS for o in obligations([lv])}
-    tasks = _tasks(obs, levels)
-    proved = [i for _, ids, only in tasks if not only for i in ids]
-    assert sorted(proved) == sorted(o.id for o in obs)
-    refuted = [ids for _, ids, only in tasks if only]
-    assert all(len(ids) == 1 for ids in refuted)
-    # a model obligation's mutants run on their own; a code obligation's with its proof
-    want = sorted(o.id for o in obs if isinstance(o, prover.Obligation) and o.mutants)
-    assert sorted(ids[0] for ids in refuted) == want
 
 
 def test_an_obligations_solver_options_reach_z3() -> None:

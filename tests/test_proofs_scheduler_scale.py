@@ -14,11 +14,11 @@ from dataclasses import replace
 import pytest
 
 from densegate.proofs import prover
-from densegate.proofs.scheduler_mutants import scheduler_mutants
-from densegate.proofs.scheduler_obligations import (
+from densegate.proofs.scheduler.per_slot import (
     BLOCK_SIZE,
-    SCHEDULER_OBLIGATIONS,
+    PER_SLOT_OBLIGATIONS,
     invariant_of,
+    per_slot_mutants,
 )
 from densegate.spec.scheduler import SchedulerMachine
 from tests.support.profiles import NIGHTLY
@@ -43,10 +43,10 @@ def test_per_slot_obligations_hold_at_more_slots(
     machine = SchedulerMachine(slots, BLOCK_SIZE)
     inv = invariant_of(machine)
     scope = f"{slots} requests, block size {BLOCK_SIZE}"
-    for ob in SCHEDULER_OBLIGATIONS:
+    for ob in PER_SLOT_OBLIGATIONS:
         if ob.id not in PER_SLOT:
             continue
-        mutant = scheduler_mutants(slots, BLOCK_SIZE)["dense_from_queue"]
+        mutant = per_slot_mutants(slots, BLOCK_SIZE)["dense_from_queue"]
         at = replace(ob, machine=machine, invariant=inv, mutants=[mutant], scope=scope)
         r = prover.prove(at)
         assert r.status == "proved", (slots, r.id, r.checks, r.sanity)

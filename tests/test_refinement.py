@@ -14,35 +14,35 @@ import pytest
 from densegate.impl.dp_gate import AlignedGate
 from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate
 from densegate.proofs.refinement import dp_gate, gate
-from densegate.proofs.refinement.obligations import REFINEMENT_OBLIGATIONS
 from densegate.proofs.refinement.symbolic import explore
-from densegate.proofs.registry import LEVELS, obligations
-from densegate.proofs.results import ObligationResult
+from densegate.proofs.registry import level
 from densegate.spec.dp_gate import DP
 from densegate.spec.gate import GATE
 from densegate.spec.machine import evaluate
 from densegate.spec.properties import statement
 from densegate.testing.strategies import GateRun, Observation
+from tests.support.prove_run import prove_run
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, ObligationResult]:
-    return {ob.id: ob.prove() for ob in REFINEMENT_OBLIGATIONS}
+@pytest.fixture(scope="session")
+def reported() -> dict[str, dict[str, Any]]:
+    return prove_run().by_id
 
 
 def test_registered_as_a_level_with_the_table_statements() -> None:
-    assert "refinement" in LEVELS
-    obs = obligations(["refinement"])
+    obs = level("refinement").obligations()
     assert [o.id for o in obs] == ["R1", "R2"]
     assert all(o.statement == statement(o.id) for o in obs)
 
 
 @pytest.mark.parametrize("rid", ["R1", "R2"])
-def test_shipped_code_proved_on_every_path(results: dict[str, ObligationResult], rid: str) -> None:
-    r = results[rid]
-    assert r.status == "proved", [(c.name, c.status, c.reason) for c in r.checks]
-    assert r.checks and all(c.status == "unsat" for c in r.checks)
-    assert r.scope is not None and r.scope.startswith("impl/")
+def test_shipped_code_is_the_subject_and_every_path_the_scope(
+    reported: dict[str, dict[str, Any]], rid: str
+) -> None:
+    r = reported[rid]
+    assert r["about"] == "code" and r["scope"].startswith("impl/"), r["scope"]
+    assert r["scope_statement"] == f"all parameters; {r['scope']}"
+    assert "every path" in r["scope"]
 
 
 def _r1_disagrees(cls: type, entry: str, row: dict[str, Any], p: dict[str, Any]) -> bool:
@@ -71,24 +71,24 @@ def _r2_disagrees(cls: type, row: dict[str, Any], p: dict[str, Any]) -> bool:
     ("rid", "mutants"), [("R1", gate.R1_MUTANTS), ("R2", dp_gate.R2_MUTANTS)], ids=["R1", "R2"]
 )
 def test_every_mutant_refuted_by_an_input_that_really_disagrees(
-    results: dict[str, ObligationResult], rid: str, mutants: tuple[Any, ...]
+    reported: dict[str, dict[str, Any]], rid: str, mutants: tuple[Any, ...]
 ) -> None:
-    r = results[rid]
-    assert [m.name for m in r.mutants] == [m.name for m in mutants]
-    for res, mutant in zip(r.mutants, mutants, strict=True):
-        assert res.status == "refuted", (res.name, res.reason)
-        assert res.trace is not None
-        (row,) = res.trace.rows
+    r = reported[rid]
+    assert [m["name"] for m in r["mutants"]] == [m.name for m in mutants]
+    for res, mutant in zip(r["mutants"], mutants, strict=True):
+        name, params = res["name"], res["params"]
+        assert res["status"] == "refuted", (name, res["reason"])
+        (row,) = res["trace"]
         assert row["code"] != row["spec"]
         entry = row["entry"]
         inputs = {k: v for k, v in row.items() if k not in ("pass", "entry", "code", "spec")}
         cls = mutant.build
         if rid == "R1":
-            assert _r1_disagrees(cls, entry, inputs, res.trace.params), res.name
-            assert not _r1_disagrees(PrefillGate, entry, inputs, res.trace.params)
+            assert _r1_disagrees(cls, entry, inputs, params), name
+            assert not _r1_disagrees(PrefillGate, entry, inputs, params)
         else:
-            assert _r2_disagrees(cls, inputs, res.trace.params), res.name
-            assert not _r2_disagrees(AlignedGate, inputs, res.trace.params)
+            assert _r2_disagrees(cls, inputs, params), name
+            assert not _r2_disagrees(AlignedGate, inputs, params)
 
 
 def test_mutant_snippet_must_exist() -> None:
@@ -165,14 +165,12 @@ def test_conform_prove_cli_exit_status(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_report_says_code_for_refinement_and_model_for_the_rest(
-    results: dict[str, ObligationResult],
+    reported: dict[str, dict[str, Any]],
 ) -> None:
-    from densegate.proofs.prover import prove as prove_model
-    from densegate.proofs.report import to_json
-
-    p2 = next(o for o in obligations(["gate"]) if o.id == "P2")
-    doc = to_json([results["R1"], prove_model(p2)], 0.0)  # type: ignore[arg-type]
-    assert [o["about"] for o in doc["obligations"]] == ["code", "model"]
+    about = {i: o["about"] for i, o in reported.items()}
+    refinement = {*level("refinement").ids, *level("refinement-scheduler").ids}
+    assert {i for i, a in about.items() if a == "code"} == refinement
+    assert set(about.values()) == {"code", "model"}
 
 
 def test_an_unexplored_check_makes_the_obligation_unknown_and_the_run_fail(

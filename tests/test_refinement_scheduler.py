@@ -20,42 +20,42 @@ from densegate.proofs.refinement import scheduler as r3
 from densegate.proofs.refinement.obligations import SCHEDULER_REFINEMENT_OBLIGATIONS
 from densegate.proofs.refinement.scheduler_replay import spec_plan
 from densegate.proofs.refinement.symbolic import explore
-from densegate.proofs.registry import LEVELS, obligations
-from densegate.proofs.results import ObligationResult
+from densegate.proofs.registry import level
 from densegate.spec.machine import evaluate
 from densegate.spec.scheduler import RUNNING, WAITING, SchedulerMachine
+from tests.support.prove_run import prove_run
 
 SPEC = SchedulerMachine(r3.SLOTS, r3.BLOCK_SIZE)
 
 
+@pytest.fixture(scope="session")
+def proved() -> dict[str, dict[str, Any]]:
+    return prove_run().by_id
+
+
 @pytest.fixture(scope="module")
-def result() -> ObligationResult:
-    (ob,) = SCHEDULER_REFINEMENT_OBLIGATIONS
-    return ob.prove()
+def result(proved: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """R3 as ``densegate prove --json`` reported it."""
+    return proved["R3"]
 
 
 def test_registered_as_its_own_level_with_its_bound() -> None:
-    assert "refinement-scheduler" in LEVELS
-    assert [o.id for o in obligations(["refinement-scheduler"])] == ["R3"]
-    assert [o.id for o in obligations(["refinement"])] == ["R1", "R2"]
+    assert [o.id for o in level("refinement-scheduler").obligations()] == ["R3"]
     (ob,) = SCHEDULER_REFINEMENT_OBLIGATIONS
     assert ob.bound == "2 requests, block size 2" == f"{r3.SLOTS} requests, block size 2"
 
 
-def test_shipped_scheduler_proved_on_every_path(result: ObligationResult) -> None:
-    assert result.status == "proved", [(c.name, c.status, c.reason) for c in result.checks]
-    assert [c.name for c in result.checks] == ["plan: every path", "inputs: every path"]
-    assert all(c.status == "unsat" and "every path explored" in c.reason for c in result.checks)
+def test_shipped_scheduler_checked_on_every_path(result: dict[str, Any]) -> None:
+    assert [c["name"] for c in result["checks"]] == ["plan: every path", "inputs: every path"]
+    assert all("every path explored" in c["reason"] for c in result["checks"]), result["checks"]
 
 
-def test_report_says_code_and_bounded_never_all_parameters(result: ObligationResult) -> None:
-    from densegate.proofs.report import _scope, to_json
-
-    (doc,) = to_json([result], 0.0)["obligations"]
-    assert doc["about"] == "code" and doc["bound"] == "2 requests, block size 2"
-    assert doc["parametric"] is False
-    assert _scope(result).startswith("bounded: 2 requests, block size 2; impl/sched/")
-    assert "all parameters" not in _scope(result)
+def test_report_says_code_and_bounded_never_all_parameters(result: dict[str, Any]) -> None:
+    assert result["about"] == "code" and result["bound"] == "2 requests, block size 2"
+    assert result["parametric"] is False
+    scope = result["scope_statement"]
+    assert scope.startswith("bounded: 2 requests, block size 2; impl/sched/"), scope
+    assert "all parameters" not in scope
 
 
 def _run(cls: type, w: dict[str, Any]) -> tuple[PassPlan, list[Request], Scheduler]:
@@ -124,19 +124,19 @@ def _disagrees(cls: type, w: dict[str, Any]) -> bool:
     return False
 
 
-def test_every_mutant_refuted_by_a_state_that_really_disagrees(result: ObligationResult) -> None:
-    assert [m.name for m in result.mutants] == [m.name for m in r3.R3_MUTANTS]
-    assert len(result.mutants) >= 2
-    for res, mutant in zip(result.mutants, r3.R3_MUTANTS, strict=True):
-        assert res.status == "refuted", (res.name, res.reason)
-        assert res.trace is not None
-        (row,) = res.trace.rows
+def test_every_mutant_refuted_by_a_state_that_really_disagrees(result: dict[str, Any]) -> None:
+    assert [m["name"] for m in result["mutants"]] == [m.name for m in r3.R3_MUTANTS]
+    assert len(result["mutants"]) >= 2
+    for res, mutant in zip(result["mutants"], r3.R3_MUTANTS, strict=True):
+        name = res["name"]
+        assert res["status"] == "refuted", (name, res["reason"])
+        (row,) = res["trace"]
         assert row["entry"] == "plan" and row["code"] != row["spec"]
         assert "w=" in row["code"] and "w=" in row["spec"]
-        witness = {**res.trace.params, **row}
-        assert _disagrees(mutant.build, witness), res.name
-        assert not _disagrees(Scheduler, witness), res.name
-        (shown,) = res.trace.display or [{}]
+        witness = {**res["params"], **row}
+        assert _disagrees(mutant.build, witness), name
+        assert not _disagrees(Scheduler, witness), name
+        (shown,) = res["display"] or [{}]
         assert len(shown["requests"].split()) == r3.SLOTS
 
 

@@ -17,8 +17,7 @@ from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.proofs.prover import prove
 from densegate.proofs.registry import obligations
-from densegate.proofs.stall_gate_obligations import STALL_GATE_MUTANTS
-from densegate.proofs.stall_gate_obligations import STALL_GATE_OBLIGATIONS
+from densegate.proofs.stall_gate_obligations import STALL_GATE_MUTANTS, STALL_GATE_OBLIGATIONS
 from densegate.spec.machine import evaluate
 from tests.support.gate_lockstep import StallGateLockstep
 from tests.support.mutation import assert_lockstep_catches, mutant_module, text_mutant
@@ -149,9 +148,9 @@ def test_cli_stall_passes(capsys: pytest.CaptureFixture[str]) -> None:
     out = json.loads(capsys.readouterr().out)
     assert out["stall_passes"] == 3
     assert main(["run", "--gen", "5", "--runner", "null", "--stall-passes", "-1"]) == 2
-    assert "EngineConfig.stall_passes must be >= 0, got -1" in capsys.readouterr().err
+    assert "--stall-passes: the value must be >= 0, got -1" in capsys.readouterr().err
     bench = ["bench", "--requests", "5", "--workloads", "steady", "--quiet", "--json"]
     assert main([*bench, "--stall-passes", "-2"]) == 2
-    assert "stall_passes must be >= 0, got -2" in capsys.readouterr().err
+    assert "--stall-passes: the value must be >= 0, got -2" in capsys.readouterr().err
     assert main([*bench, "--policies", "densegate-stall", "--stall-passes", "6"]) == 0
     assert json.loads(capsys.readouterr().out)["config"]["stall_passes"] == 6

@@ -133,9 +133,9 @@ def test_bad_inputs_are_named(call: Any, named: str) -> None:
     [
         (["--workload", "nope"], "unknown workload 'nope'"),
         (["--dense-tokens", str(BUDGET + 1)], f"dense_tokens {BUDGET + 1} is over"),
-        (["--max-hold", "x"], "--max-hold: 'x' is not an int"),
-        (["--ttft-ms", "0"], "got 0"),
-        (["--ttft-passes", "-1"], "got -1"),
+        (["--max-hold-passes", "x"], "--max-hold-passes: 'x' is not an int"),
+        (["--ttft-ms", "0"], "--ttft-ms: the value must be > 0, got 0"),
+        (["--ttft-passes", "-1"], "--ttft-passes: the value must be > 0, got -1"),
     ],
 )
 def test_cli_names_bad_inputs(
@@ -143,7 +143,8 @@ def test_cli_names_bad_inputs(
 ) -> None:
     argv = ["tune", "--cost", "roofline:H200", "--workload", "steady", "--quiet", *extra]
     assert cli_main(argv) == 2
-    assert named in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert named in err and err.count("\n") == 1
 
 
 def test_cli_end_to_end_on_the_cpu_profile(capsys: pytest.CaptureFixture[str]) -> None:

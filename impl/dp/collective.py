@@ -3,28 +3,40 @@
 ``Collective`` is what a rank's loop needs (``densegate.impl.dp.rank``); tests
 implement it with threads. ``TorchCollective`` runs it on a process group:
 the backend is gloo, or NCCL when the runner's device is CUDA and every rank
-has a GPU (``agree_backend``). Collectives wait at most ``timeout_s`` (the
-first of each phase waits ``startup_timeout_s``, while ranks build their
-models): a rank that died closes its sockets and is noticed at once, a rank
-that hangs is noticed at the timeout, and a slower rank (a pass that takes
-less than the timeout) is simply waited for. After a failure the survivors
-agree on who is left through the rendezvous store and go on over a new group.
+has a GPU (``agree_backend``). A rank that died closes its sockets and is
+noticed at once; a rank that hangs is noticed ``timeout_s`` plus at most
+``DETECTION_MARGIN_S`` after the call could have completed; a slower rank (a
+pass that takes less than the timeout) is simply waited for.
+
+In every phase, its first call included, "could have completed" means once
+every member is in the call's phase: each rank marks the store (``READY_KEY``)
+as soon as it has built the phase's engine (``begin_phase``), and the first
+call of a phase waits for every member's mark at most ``startup_timeout_s``
+(building a model may take minutes), then ``timeout_s`` from the moment all
+are marked. So a hang right before a phase's first collective is noticed as
+fast as one anywhere else, and only a rank that never finishes building takes
+the startup timeout. After a failure the survivors agree on who is left
+through the rendezvous store and go on over a new group.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from densegate.impl.dp.membership import BROKEN_KEY, STREAM_KEY, Agreement, agree
+from densegate.impl.dp.membership import BROKEN_KEY, LEFT_KEY, STREAM_KEY, Agreement, agree
 
 __all__ = [
+    "DETECTION_MARGIN_S",
+    "READY_KEY",
     "Collective",
     "CollectiveError",
     "Excluded",
+    "PhasedCollective",
     "StoreUnavailable",
     "TorchCollective",
     "agree_backend",
@@ -32,7 +44,12 @@ __all__ = [
 
 _NCCL_VOTE = "densegate/dp/nccl/{}"
 _POKE_S = 0.02
-"""How often a waiting collective looks for a peer's broken flag."""
+"""How often a waiting collective looks for a peer's broken flag and ready marks."""
+DETECTION_MARGIN_S = 0.5
+"""What a hang's detection may take beyond ``timeout_s``: the 20 ms store poll, plus
+room for a loaded machine's scheduling (benchmarks/dp_faults.py --hangs measures it)."""
+READY_KEY = "densegate/dp/ready/p{}/{}"
+"""Set by a rank once it has built phase ``p``'s engine (``READY_KEY.format(p, rank)``)."""
 
 
 class CollectiveError(RuntimeError):
@@ -52,7 +69,7 @@ class Collective(Protocol):
 
     def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
         """Element-wise sum over every member. ``first``: the first call of a phase (ranks
-        may still be building their models, so a longer timeout may apply)."""
+        may still be building their models; a ``PhasedCollective`` waits for them)."""
         ...
 
     def publish(self, record: bytes) -> None:
@@ -63,9 +80,29 @@ class Collective(Protocol):
     def recover(self, calls: int, total: Sequence[int] | None) -> Agreement:
         """After a failure: agree on the survivors and regroup over them.
 
-        ``calls`` collectives completed here, the last with result ``total``.
+        ``calls`` collectives completed here over every phase, the last with result
+        ``total``.
         Raises ``Excluded`` or ``StoreUnavailable``; a later call failing with
         ``CollectiveError`` means another member died: recover again."""
+        ...
+
+
+@runtime_checkable
+class PhasedCollective(Collective, Protocol):
+    """A ``Collective`` that also knows phases, as one that survives a failure in any phase
+    must: streams per phase, the first call's wait, and leaving for good. The rank loop
+    uses these when the collective has them (an in-process bench's need not)."""
+
+    def begin_phase(self, index: int) -> None:
+        """This rank has built phase ``index``'s engine: publish into its stream from now
+        on, let the others' first call of it start counting ``timeout_s``, and tell them
+        this phase when recovering (``calls`` then counts every phase's collectives; the
+        agreement is applied in the furthest survivor's phase)."""
+        ...
+
+    def leave(self, calls: int, total: Sequence[int] | None) -> None:
+        """Every phase ended here after ``calls`` collectives, the last with ``total``: a
+        peer that failed that last call adopts it instead of waiting for this rank."""
         ...
 
 
@@ -76,7 +113,9 @@ class TorchCollective:
     waits it polls the epoch's broken flag in the store, so a rank that is not
     a neighbour of the dead one in the ring fails at once too. ``recover``
     agrees on the survivors (``densegate.impl.dp.membership``) and builds a new
-    gloo group over them, on CPU tensors, under a store prefix of the new epoch.
+    gloo group over them, on CPU tensors, under a store prefix of the new epoch
+    (gloo's own timeout there, as on the default group, is the longer of the two
+    timeouts: the waits above are what bound a call).
     """
 
     def __init__(
@@ -98,7 +137,15 @@ class TorchCollective:
         self.grace_s = timeout_s if grace_s is None else grace_s
         self.epoch = 0
         self.members = list(range(world_size))
+        self.phase = 0
         self._group: Any = None  # None: the default group
+
+    def begin_phase(self, index: int) -> None:
+        self.phase = index
+        self.store.set(READY_KEY.format(index, self.rank), b"1")
+
+    def leave(self, calls: int, total: Sequence[int] | None) -> None:
+        self.store.set(LEFT_KEY.format(self.rank), json.dumps([calls, list(total or [])]))
 
     def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
         import torch
@@ -106,7 +153,6 @@ class TorchCollective:
 
         device = self.device if self._group is None else "cpu"
         t = torch.tensor(list(vector), dtype=torch.int64, device=device)
-        wait = self.startup_timeout_s if first else self.timeout_s
         try:
             if self._group is None:
                 work = dist.all_reduce(t, op=dist.ReduceOp.SUM, async_op=True)
@@ -114,7 +160,7 @@ class TorchCollective:
                 work = self._group.allreduce([t])
             if work is None:
                 raise CollectiveError("all_reduce returned no work handle")
-            self._wait(work, wait)
+            self._wait(work, first)
         except CollectiveError:
             raise
         except Exception as e:  # gloo raises RuntimeError; NCCL may raise DistBackendError
@@ -122,26 +168,42 @@ class TorchCollective:
         out: list[int] = t.tolist()
         return out
 
-    def _wait(self, work: Any, wait: float) -> None:
-        """Until done, ``wait`` seconds pass, or a peer marks the epoch broken."""
+    def _wait(self, work: Any, first: bool) -> None:
+        """Until done, a peer marks the epoch broken, or the deadline: ``timeout_s`` from
+        the start, or for a phase's ``first`` call from when every member was ready (at
+        most ``startup_timeout_s`` waiting for that)."""
         start = time.monotonic()
-        poke = start + _POKE_S
+        poke = start
         broken = BROKEN_KEY.format(self.epoch)
+        ready = [READY_KEY.format(self.phase, m) for m in self.members] if first else []
+        deadline = start + (self.startup_timeout_s if ready else self.timeout_s)
         pause = 0.0
         while not work.is_completed():
             now = time.monotonic()
-            if now - start > wait:
-                raise CollectiveError(f"all_reduce did not complete within {wait}s")
+            if now > deadline:
+                raise CollectiveError(self._late(ready, now - start))
             if now >= poke:
                 poke = now + _POKE_S
                 if self.store.check([broken]):
                     raise CollectiveError("a peer found the group broken")
+                if ready and self.store.check(ready):
+                    ready = []
+                    deadline = now + self.timeout_s
             time.sleep(pause)
             pause = min(0.001, pause + 0.0001)
         work.wait()
 
+    def _late(self, ready: Sequence[str], waited: float) -> str:
+        if not ready:
+            return f"all_reduce did not complete within {self.timeout_s}s (waited {waited:.2f}s)"
+        late = [m for m, key in zip(self.members, ready, strict=True) if not self.store.check([key])]
+        return (
+            f"rank(s) {late} did not build phase {self.phase}'s engine within the startup "
+            f"timeout {self.startup_timeout_s}s"
+        )
+
     def publish(self, record: bytes) -> None:
-        self.store.append(STREAM_KEY.format(self.rank), record)
+        self.store.append(STREAM_KEY.format(self.phase, self.rank), record)
 
     def recover(self, calls: int, total: Sequence[int] | None) -> Agreement:
         import torch.distributed as dist
@@ -149,7 +211,14 @@ class TorchCollective:
         try:
             self.store.set_timeout(datetime.timedelta(seconds=max(self.grace_s, 1.0)))
             agreed = agree(
-                self.store, self.epoch, self.rank, self.members, calls, total, self.grace_s
+                self.store,
+                self.epoch,
+                self.rank,
+                self.members,
+                calls,
+                total,
+                self.grace_s,
+                self.phase,
             )
         except Exception as e:
             raise StoreUnavailable(f"{type(e).__name__}: {e}") from e
@@ -162,7 +231,7 @@ class TorchCollective:
                 prefix,
                 agreed.members.index(self.rank),
                 len(agreed.members),
-                datetime.timedelta(seconds=self.timeout_s),
+                datetime.timedelta(seconds=max(self.timeout_s, self.startup_timeout_s)),
             )
         except Exception as e:  # a survivor died while the group formed
             self._group = _Broken(f"{type(e).__name__}: {e}")

@@ -17,9 +17,11 @@ from densegate.impl.validation import (
     check_instance,
     check_int,
     check_positive_float,
+    fit_problem,
+    int_problem,
 )
 
-__all__ = ["COORDINATED", "COORDINATIONS", "DPConfig", "Phase", "make_prompts"]
+__all__ = ["COORDINATED", "COORDINATIONS", "DPConfig", "Phase", "check_trace", "make_prompts"]
 
 COORDINATIONS = ("aligned", "local")
 COORDINATED = "coordinated"
@@ -51,6 +53,11 @@ class DPConfig:
     ``densegate.lab.dp.phases``) come after the first, which must be the aligned
     phase named ``coordinated``. ``grace_s`` (default ``timeout_s``) is how long
     survivors wait for each other to answer after a failure.
+
+    ``timeout_s`` bounds every collective, a phase's first included: a hung rank
+    is noticed within ``timeout_s`` plus ``collective.DETECTION_MARGIN_S`` of the
+    moment every rank had built the phase's engine. ``startup_timeout_s`` bounds
+    only the rendezvous and how long a rank may take to build a phase's engine.
     """
 
     engine: EngineConfig
@@ -122,6 +129,22 @@ class DPConfig:
             self.stall_ticks,
             self.kv_pressure_valve,
         )
+
+
+def check_trace(trace: Sequence[TraceRequest], config: DPConfig, label: str = "trace") -> None:
+    """``ValueError`` naming the first request of ``trace`` (by its index there) that no
+    phase's engine could ever admit: checked before any rank builds a prompt, so a length
+    like 3e8 is one clear error rather than every rank dying of ``MemoryError``."""
+    limit = min(p.engine.max_model_len for p in config.run_phases)
+    for i, req in enumerate(trace):
+        check_instance(label, f"[{i}]", req, TraceRequest)
+        for name, value in (("prompt_len", req.prompt_len), ("output_len", req.output_len)):
+            why = int_problem(f"{label} entry {i}: {name}", value, 1)
+            if why is not None:
+                raise ValueError(why)
+        why = fit_problem(f"{label} entry {i}", req.prompt_len, req.output_len, limit)
+        if why is not None:
+            raise ValueError(why)
 
 
 def make_prompts(trace: Sequence[TraceRequest], seed: int, vocab: int) -> list[list[int]]:

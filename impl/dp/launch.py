@@ -1,7 +1,8 @@
 """Starting ranks: each rank's process entry, and the launcher that starts N on 127.0.0.1.
 
 ``rank_main`` joins the ``env://`` group (as under torchrun), runs every phase
-and writes its reports to ``rank{R}.json``. ``launch`` starts N such processes
+and writes its reports to ``rank{R}.json`` as each phase ends (so a rank that
+dies in a later phase has still reported the phases it finished). ``launch`` starts N such processes
 with ``torch.multiprocessing`` (forkserver, so torch is imported once rather
 than once per rank; spawn where there is no forkserver). The parent hosts the
 rendezvous store and hands each child the environment torchrun would give it
@@ -10,7 +11,9 @@ the children take the ``env://`` path exactly as under torchrun. Because the
 store lives in the parent, it outlives any rank: the parent marks a rank that
 exited abnormally as dead in it (so survivors need not wait for it), kills a
 rank the survivors agreed is gone (a hung one), and at the end reads every
-rank's stream from it: what a caller was sent (``DPResult.streams``).
+rank's stream of every phase from it: what a caller was sent
+(``DPResult.streams``), which also accounts for a phase a dead rank finished
+but could not report.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from densegate.impl.dp.collective import Excluded, TorchCollective, agree_backend
-from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.config import DPConfig, check_trace
 from densegate.impl.dp.hooks import NO_HOOKS, RankHooks
 from densegate.impl.dp.membership import DEAD_KEY, EXCLUDED_KEY, STREAM_KEY
 from densegate.impl.dp.rank import run_rank
@@ -55,14 +58,18 @@ def rank_main(
     backend: str = "auto",
     hooks: RankHooks = NO_HOOKS,
 ) -> tuple[int, list[RankReport], list[list[dict[str, Any]]] | None]:
-    """Join the ``env://`` group, run every phase, write ``out_dir/rank{R}.json``.
+    """Join the ``env://`` group, run every phase, write ``out_dir/rank{R}.json`` (all the
+    phases so far, rewritten as each ends).
 
     Returns ``(rank, this rank's reports, every rank's reports)``; the last is
     gathered onto rank 0 only with ``gather`` and a healthy group (else None).
+    ``ValueError`` before joining if a trace request cannot fit the engine.
     """
     import torch
     import torch.distributed as dist
     from torch.distributed.rendezvous import rendezvous
+
+    check_trace(trace, config)
 
     rdzv_timeout = datetime.timedelta(seconds=config.startup_timeout_s)
     store, rank, world = next(rendezvous("env://", timeout=rdzv_timeout))
@@ -93,12 +100,15 @@ def rank_main(
     collective = TorchCollective(
         rank, world, store, config.timeout_s, config.startup_timeout_s, device, config.grace
     )
-    reports = run_rank(rank, world, trace, config, collective, hooks=hooks)
-    if out_dir is not None:
-        path = Path(out_dir) / _REPORT.format(rank)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([r.as_dict() for r in reports]))
-        tmp.replace(path)
+
+    def write(so_far: list[RankReport]) -> None:
+        if out_dir is not None:
+            path = Path(out_dir) / _REPORT.format(rank)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps([r.as_dict() for r in so_far]))
+            tmp.replace(path)  # atomic: a rank killed while writing leaves the last phase's
+
+    reports = run_rank(rank, world, trace, config, collective, hooks=hooks, on_phase=write)
     everyone: list[list[dict[str, Any]]] | None = None
     healthy = all(not r.faults for r in reports)
     if gather and healthy:
@@ -148,15 +158,16 @@ def _start_method() -> str:
 
 @dataclass(eq=False)
 class DPResult:
-    """A finished ``launch``: every surviving rank's reports, exit codes, wall time, and
-    each rank's stream as the store kept it (``membership.read_stream`` reads one)."""
+    """A finished ``launch``: every rank's reports (of the phases it finished), exit codes,
+    wall time, and each rank's stream of each phase as the store kept it: ``streams[phase
+    name][rank]`` (``membership.read_stream`` reads one)."""
 
     world_size: int
     reports: dict[int, list[RankReport]]
     exitcodes: list[int | None]
     wall_s: float
     trace_len: int
-    streams: dict[int, bytes]
+    streams: dict[str, dict[int, bytes]]
 
     def phase(self, name: str) -> dict[int, RankReport]:
         """Rank -> report of phase ``name``, for the ranks that reported it."""
@@ -171,6 +182,7 @@ class DPResult:
             self.trace_len,
             self.wall_s,
             self.exitcodes,
+            self.streams,
         )
 
 
@@ -188,11 +200,14 @@ def launch(
     Ranks that exit abnormally are marked dead in the store at once; a rank
     the survivors agreed is gone is killed (it hung, or would only stop itself).
     ``hooks`` go to every rank pickled (``densegate.impl.dp.hooks``).
+    ``ValueError`` before any process starts if a trace request cannot fit the
+    engine (``densegate.impl.dp.config.check_trace``).
     """
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
     from torch.multiprocessing.spawn import start_processes
 
     check_int("launch", "world_size", world_size, 1)
+    check_trace(trace, config)
     t0 = time.perf_counter()
     store = TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
     env = {
@@ -236,9 +251,11 @@ def launch(
             path = Path(where) / _REPORT.format(r)
             if path.exists():
                 reports[r] = [RankReport.from_dict(d) for d in json.loads(path.read_text())]
-        streams = {}
-        for r in range(world_size):
-            key = STREAM_KEY.format(r)
-            streams[r] = store.get(key) if store.check([key]) else b""
+        streams: dict[str, dict[int, bytes]] = {}
+        for k, phase in enumerate(config.run_phases):
+            keys = [STREAM_KEY.format(k, r) for r in range(world_size)]
+            streams[phase.name] = {
+                r: store.get(key) if store.check([key]) else b"" for r, key in enumerate(keys)
+            }
     wall = time.perf_counter() - t0
     return DPResult(world_size, reports, exitcodes, wall, len(trace), streams)

@@ -7,26 +7,34 @@ thing the ranks share, so membership is decided there, once per *epoch*
 1. A rank whose collective failed marks the epoch broken (``BROKEN_KEY``; peers
    still waiting in the collective poll it, so they fail at once instead of at
    their timeout) and publishes ``alive`` with how many collectives it
-   completed and the result of its last one.
+   completed over the whole run, the result of its last one, and its phase.
 2. It waits, at most ``grace_s``, until every member of the epoch is alive,
-   marked dead by the launcher (``DEAD_KEY``), or the epoch is decided.
+   marked dead by the launcher (``DEAD_KEY``), gone after its last phase
+   (``LEFT_KEY``), or the epoch is decided.
 3. The first rank to get there proposes the members (those alive) with one
-   ``compare_set``; every rank adopts the record that won. A rank not in it is
-   *excluded*: it must stop (``EXCLUDED_KEY`` tells the launcher to kill it).
+   ``compare_set``; every rank adopts the record that won. A rank neither in it
+   nor left is *excluded*: it must stop (``EXCLUDED_KEY`` tells the launcher to
+   kill it).
 
 A rank that died inside a collective may let some survivors complete it while
 others fail it; no survivor can be two calls ahead (call k+1 needs everyone's
 k). The record carries the leaders' result, which the laggers adopt as the
-outcome of their failed call, so every survivor has the same history.
+outcome of their failed call, so every survivor has the same history. Calls
+are counted over every phase, since the call some completed may be a phase's
+last: the leaders are then in the next phase, where the record is applied
+(its ``phase``), and the laggers apply it there too. A rank that left (its
+last phase ended) counts as a leader whose call completed.
 
 Each rank appends what it streams to the caller (tokens, ended requests) to
-its stream key every tick. The proposer *seals* each dead rank's stream with a
-``compare_set``: what is before the seal is what the caller saw; a hung rank
-that resumes appends after the seal, and is ignored.
+its stream key of the phase every tick. The proposer *seals* each dead rank's
+stream of the record's phase (and the next) with a ``compare_set``: what is
+before the seal is what the caller saw; a hung rank that resumes appends after
+the seal, and is ignored.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -38,6 +46,7 @@ __all__ = [
     "BROKEN_KEY",
     "DEAD_KEY",
     "EXCLUDED_KEY",
+    "LEFT_KEY",
     "STREAM_KEY",
     "Agreement",
     "DictStore",
@@ -53,8 +62,12 @@ EXCLUDED_KEY = "densegate/dp/excluded/{}"
 """Set for a rank the survivors agreed is gone; the launcher kills it if it still runs."""
 BROKEN_KEY = "densegate/dp/e{}/broken"
 """Set by the first rank to see epoch ``e``'s collective fail."""
-STREAM_KEY = "densegate/dp/stream/{}"
-"""A rank's stream: one JSON line per tick that streamed anything."""
+STREAM_KEY = "densegate/dp/stream/p{}/{}"
+"""Phase ``p``'s stream of a rank (``STREAM_KEY.format(phase_index, rank)``): one JSON
+line per tick that streamed anything. Per phase, so a phase's hand-over reads only
+what that phase streamed."""
+LEFT_KEY = "densegate/dp/left/{}"
+"""Set by a rank whose last phase ended: ``[calls, last result]``, for a lagger to adopt."""
 _SEAL = b"#sealed\n"
 _ALIVE = "densegate/dp/e{}/alive/{}"
 _DECIDED = "densegate/dp/e{}/members"
@@ -117,7 +130,11 @@ class Agreement:
     """``(calls, total)``: a rank that completed ``calls - 1`` collectives takes ``total``
     as the result of its failed one. None when no survivor got further than another."""
     streams: dict[int, bytes]
-    """Each dead rank's sealed stream: what the caller saw from it."""
+    """Each dead rank's sealed stream of ``phase``: what the caller saw from it there."""
+    phase: int = 0
+    """The phase the record is applied in: the furthest survivor's."""
+    left: list[int] = dataclasses.field(default_factory=list)
+    """Members that had finished their last phase: neither survivors nor dead."""
 
 
 def read_stream(raw: bytes) -> list[dict[str, Any]]:
@@ -127,9 +144,10 @@ def read_stream(raw: bytes) -> list[dict[str, Any]]:
     return [json.loads(line) for line in body.splitlines() if line.strip()]
 
 
-def seal(store: Store, rank: int) -> bytes:
-    """Seal ``rank``'s stream (once; later seals find the first) and return what precedes it."""
-    key = STREAM_KEY.format(rank)
+def seal(store: Store, rank: int, phase: int) -> bytes:
+    """Seal ``rank``'s stream of ``phase`` (once; later seals find the first) and return
+    what precedes it."""
+    key = STREAM_KEY.format(phase, rank)
     while True:
         cur = store.get(key) if store.check([key]) else b""
         cut = cur.find(_SEAL)
@@ -147,16 +165,21 @@ def agree(
     calls: int,
     total: Sequence[int] | None,
     grace_s: float,
+    phase: int = 0,
 ) -> Agreement:
-    """Steps 1-3 of the module docstring for ``rank``, a member of ``epoch``."""
+    """Steps 1-3 of the module docstring for ``rank``, a member of ``epoch`` in ``phase``;
+    ``calls`` counts its completed collectives over every phase."""
     store.set(BROKEN_KEY.format(epoch), b"1")
-    store.set(_ALIVE.format(epoch, rank), json.dumps([calls, list(total or [])]))
+    store.set(_ALIVE.format(epoch, rank), json.dumps([calls, list(total or []), phase]))
     decided = _DECIDED.format(epoch)
     pending = set(members) - {rank}
     deadline = time.monotonic() + grace_s
     while pending and time.monotonic() < deadline and not store.check([decided]):
         for m in sorted(pending):
-            if store.check([_ALIVE.format(epoch, m)]) or store.check([DEAD_KEY.format(m)]):
+            if any(
+                store.check([key.format(*a)])
+                for key, a in ((_ALIVE, (epoch, m)), (DEAD_KEY, (m,)), (LEFT_KEY, (m,)))
+            ):
                 pending.discard(m)
         if pending:
             time.sleep(0.005)
@@ -164,7 +187,8 @@ def agree(
         store.compare_set(decided, b"", json.dumps(_propose(store, epoch, members)))
     record = json.loads(store.get(decided))
     alive = [int(m) for m in record["members"]]
-    dead = sorted(set(members) - set(alive))
+    left = [int(m) for m in record["left"]]
+    dead = sorted(set(members) - set(alive) - set(left))
     for d in dead:
         store.set(EXCLUDED_KEY.format(d), str(epoch))
     adopt = record["adopt"]
@@ -174,20 +198,39 @@ def agree(
         dead,
         None if adopt is None else (int(adopt[0]), [int(x) for x in adopt[1]]),
         {int(d): s.encode() for d, s in record["streams"].items()},
+        int(record["phase"]),
+        left,
     )
 
 
 def _propose(store: Store, epoch: int, members: Sequence[int]) -> dict[str, Any]:
     alive: dict[int, tuple[int, list[int]]] = {}
+    phases: list[int] = []
+    left: dict[int, tuple[int, list[int]]] = {}
     for m in members:
         key = _ALIVE.format(epoch, m)
         if store.check([key]):
-            c, t = json.loads(store.get(key))
+            c, t, p = json.loads(store.get(key))
             alive[m] = (int(c), t)
-    top = max(c for c, _ in alive.values())
-    behind = [m for m, (c, _) in alive.items() if c < top]
-    if any(alive[m][0] < top - 1 for m in behind):  # impossible for an all-reduce
-        raise RuntimeError(f"survivors more than one collective apart: {alive}")
-    adopt = next(([c, t] for c, t in alive.values() if c == top), None) if behind else None
-    streams = {d: seal(store, d).decode() for d in members if d not in alive}
-    return {"members": sorted(alive), "adopt": adopt, "streams": streams}
+            phases.append(int(p))
+        elif store.check([LEFT_KEY.format(m)]):
+            c, t = json.loads(store.get(LEFT_KEY.format(m)))
+            left[m] = (int(c), t)
+    ran = {**alive, **left}
+    top = max(c for c, _ in ran.values())
+    behind = [m for m, (c, _) in ran.items() if c < top]
+    if any(ran[m][0] < top - 1 for m in behind):  # impossible for an all-reduce
+        raise RuntimeError(f"survivors more than one collective apart: {ran}")
+    adopt = next(([c, t] for c, t in ran.values() if c == top), None) if behind else None
+    phase = max(phases)
+    dead = [d for d in members if d not in ran]
+    for d in dead:  # the next phase too: a rank that got there first streams nothing more
+        seal(store, d, phase + 1)
+    streams = {d: seal(store, d, phase).decode() for d in dead}
+    return {
+        "members": sorted(alive),
+        "left": sorted(left),
+        "adopt": adopt,
+        "streams": streams,
+        "phase": phase,
+    }

@@ -20,6 +20,16 @@ and go on over the smaller group with a fresh aligned gate of its size: still
 one decision per tick, identical on every survivor. The change takes effect at
 the same collective call on every survivor, so their histories stay equal.
 
+Phases run one after another over the same group, and a rank may die in any
+of them: collectives are counted over the whole run, so survivors that failed
+a phase's last call while others completed it (and went on to the next phase)
+still agree on one history; an agreement not yet applied when a phase ends is
+applied at the next phase's first call, where the others apply it too. The
+group stops after the phase in which an agreement was applied: every request of
+that phase has ended on the survivors, and the later phases do not run. The
+rank hands each phase's report to ``on_phase`` as the phase ends, so a rank
+that dies later has still reported the phases it finished.
+
 This module knows nothing of torch.distributed: a ``Collective`` is anything
 that sums int vectors across ranks (``densegate.impl.dp.collective`` has the
 torch one; tests use threads).
@@ -29,9 +39,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from densegate.impl.dp.collective import Collective, CollectiveError, StoreUnavailable
+from densegate.impl.dp.collective import (
+    Collective,
+    CollectiveError,
+    PhasedCollective,
+    StoreUnavailable,
+)
 from densegate.impl.dp.config import DPConfig, Phase, make_prompts
 from densegate.impl.dp.hooks import NO_HOOKS, RankHooks
 from densegate.impl.dp.membership import Agreement
@@ -67,6 +84,24 @@ _MAX_AGREEMENTS = 64
 """A group that keeps failing without losing a rank is broken in a way agreement cannot fix."""
 
 
+@dataclass
+class _Pending:
+    """An agreement not yet applied, and what this rank saw of the failure."""
+
+    agreed: Agreement
+    fault: dict[str, Any]
+
+
+@dataclass
+class _Group:
+    """What outlives a phase: collectives over every phase, the last one's result, and an
+    agreement whose lagger adopted a phase's last call (applied in the next phase)."""
+
+    calls: int = 0
+    last_total: list[int] | None = None
+    pending: _Pending | None = None
+
+
 class _RankLoop:
     """The tick loop of one rank over one phase."""
 
@@ -81,10 +116,13 @@ class _RankLoop:
         config: DPConfig,
         collective: Collective,
         hooks: RankHooks,
+        group: _Group,
     ) -> None:
         self.rank = rank
         self.members = list(range(world))
         self.phase = phase
+        self.index = phase_index
+        self.group = group
         self.trace = trace
         self.prompts = prompts
         self.config = config
@@ -112,9 +150,7 @@ class _RankLoop:
         self.next = 0  # index into trace of the next unrouted arrival
         self.by_id = {str(idx): req for idx, req in trace}
         self.calls = 0  # collectives completed (or adopted) this phase
-        self.last_total: list[int] | None = None
-        self.pending: Agreement | None = None
-        self.view = StreamView()  # every dead rank's sealed stream
+        self.view = StreamView()  # every dead rank's sealed stream of this phase
         self.collective_s = 0.0
 
     # -- arrivals -----------------------------------------------------------------------
@@ -168,10 +204,11 @@ class _RankLoop:
     # -- the collective, and what a failure of it does -------------------------------------
     def _reduce(self, plan: PassPlan, prev: _Prev, tick: int) -> list[int] | None:
         """The tick's all-reduce; after a failure, the survivors' (None: store gone)."""
+        group = self.group
         while True:
-            if self.pending is not None:
-                self._apply(self.pending)
-                self.pending = None
+            if group.pending is not None:
+                self._apply(group.pending, tick)
+                group.pending = None
             vec = self._vector(plan, prev)
             t0 = time.perf_counter()
             try:
@@ -181,50 +218,51 @@ class _RankLoop:
                 agreed = self._recover(tick, e, time.perf_counter() - t0)
                 if agreed is None:
                     return None
-                if agreed.adopt is None or agreed.adopt[0] != self.calls + 1:
+                if agreed.adopt is None or agreed.adopt[0] != group.calls + 1:
                     continue  # retry this call over the survivors
                 total = agreed.adopt[1]  # the leaders completed it: so did we
             self.collective_s += time.perf_counter() - t0
             self.calls += 1
-            self.last_total = total
+            group.calls += 1
+            group.last_total = total
             return total
 
     def _recover(self, tick: int, err: Exception, waited_s: float) -> Agreement | None:
         msg = "rank %d: collective failed at tick %d after %.2fs (%s)"
         log.warning(msg, self.rank, tick, waited_s, err)
         t0 = time.perf_counter()
+        group = self.group
         try:
-            agreed = self.collective.recover(self.calls, self.last_total)
+            agreed = self.collective.recover(group.calls, group.last_total)
         except StoreUnavailable as e:
             log.warning("rank %d: %s; finishing alone with the local gate", self.rank, e)
             self.report.faults.append({"tick": tick, "error": str(e)[:300], "store_lost": True})
             return None
-        self.pending = agreed
-        if len(self.report.faults) >= _MAX_AGREEMENTS:
-            raise RuntimeError(f"rank {self.rank}: {_MAX_AGREEMENTS} agreements, giving up")
-        self.report.faults.append(
-            {
-                "tick": tick,
-                "error": str(err)[:300],
-                "detected_after_s": waited_s,
-                "recovery_s": time.perf_counter() - t0,
-                "dead_ranks": agreed.dead,
-                "survivors": agreed.members,
-                "epoch": agreed.epoch,
-                "adopted": agreed.adopt is not None and agreed.adopt[0] == self.calls + 1,
-            }
-        )
+        fault = {
+            "error": str(err)[:300],
+            "detected_after_s": waited_s,
+            "recovery_s": time.perf_counter() - t0,
+            "adopted": agreed.adopt is not None and agreed.adopt[0] == group.calls + 1,
+        }
+        group.pending = _Pending(agreed, fault)
         return agreed
 
-    def _apply(self, agreed: Agreement) -> None:
-        """The new membership, from this call on: hand-over, router, gate."""
+    def _apply(self, pending: _Pending, tick: int) -> None:
+        """The new membership, from this call on: hand-over, router, gate.
+
+        The fault is recorded here, at the tick every survivor applies it, in this phase's
+        report (a lagger learnt of it in the phase before if it adopted that one's last call).
+        """
+        agreed, rep = pending.agreed, self.report
+        if len(rep.faults) >= _MAX_AGREEMENTS:
+            raise RuntimeError(f"rank {self.rank}: {_MAX_AGREEMENTS} agreements, giving up")
+        rep.faults.append(_fault_entry(pending, tick))
         old = self.members
         for d, raw in sorted(agreed.streams.items()):
             self.view.add(d, raw)
-        total = self.last_total
+        total = self.group.last_total
         loads = [total[LOADS + old.index(m)] if total else 0 for m in agreed.members]
         costs = {rid: req.prompt_len for rid, req in self.by_id.items()}
-        rep = self.report
         h = hand_over(
             rep.assignment, agreed.dead, agreed.members, self.view, self.config.router, loads, costs
         )
@@ -271,6 +309,8 @@ class _RankLoop:
 
     # -- the loop -----------------------------------------------------------------------
     def run(self) -> RankReport:
+        if isinstance(self.collective, PhasedCollective):
+            self.collective.begin_phase(self.index)
         t_start = time.perf_counter()
         aligned = self.phase.coordination == "aligned"
         tick = 0
@@ -341,6 +381,19 @@ class _RankLoop:
         return rep
 
 
+def _fault_entry(pending: _Pending, tick: int) -> dict[str, Any]:
+    """A report's record of one agreement, applied at ``tick``."""
+    agreed = pending.agreed
+    return {
+        "tick": tick,
+        **pending.fault,
+        "dead_ranks": agreed.dead,
+        "survivors": agreed.members,
+        "left": agreed.left,
+        "epoch": agreed.epoch,
+    }
+
+
 def run_rank(
     rank: int,
     world_size: int,
@@ -349,13 +402,16 @@ def run_rank(
     collective: Collective,
     *,
     hooks: RankHooks = NO_HOOKS,
+    on_phase: Callable[[list[RankReport]], None] | None = None,
 ) -> list[RankReport]:
     """Run every phase of ``config`` on this rank; stops after a phase where a rank died.
 
     Every rank must be given the same trace and config. Prompts come from the
     first phase's vocabulary for every phase, so phases differ only in how they
     decide. ``hooks`` (``densegate.impl.dp.hooks``) are the lab's way in.
-    Raises ``Excluded`` if the survivors agreed this rank is gone.
+    ``on_phase`` gets the reports so far as each phase ends (``rank_main`` writes
+    them), so what a rank finished outlives it. Raises ``Excluded`` if the
+    survivors agreed this rank is gone.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size {world_size}")
@@ -364,13 +420,27 @@ def run_rank(
     indexed = [(i, req) for i, (_, req) in enumerate(ordered)]
     reports: list[RankReport] = []
     prompts: list[list[int]] | None = None
-    for k, phase in enumerate(config.run_phases):
-        loop = _RankLoop(rank, world_size, phase, k, indexed, [], config, collective, hooks)
+    group = _Group()
+    phases = config.run_phases
+    for k, phase in enumerate(phases):
+        loop = _RankLoop(rank, world_size, phase, k, indexed, [], config, collective, hooks, group)
         if prompts is None:
             prompts = make_prompts(trace, config.seed, loop.engine.vocab_size or 32000)
         loop.prompts = prompts
         report = loop.run()
         reports.append(report)
-        if report.faults:
+        stop = bool(report.faults) or k == len(phases) - 1
+        if stop and group.pending is not None:
+            # This rank adopted the run's last call: every request had ended, so there is
+            # nothing to hand over; the report still names who died.
+            report.faults.append(
+                {**_fault_entry(group.pending, report.ticks), "readmitted": 0, "ended_on_dead": 0}
+            )
+            group.pending = None
+        if on_phase is not None:
+            on_phase(list(reports))
+        if stop:
             break
+    if isinstance(collective, PhasedCollective):
+        collective.leave(group.calls, group.last_total)
     return reports

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from densegate.impl.gate import Decision, GateConfig, GateInput, GatePolicy, PrefillGate, Reason
+from densegate.impl.validation import check_int
 
 __all__ = [
     "POLICIES",
@@ -51,9 +52,7 @@ class RawCounts:
 
     def __post_init__(self) -> None:
         for field in ("running_seqs", "queued_tokens"):
-            value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"RawCounts.{field} must be an int >= 0, got {value!r}")
+            check_int("RawCounts", field, getattr(self, field), 0)
 
     @classmethod
     def honest(cls, inp: GateInput) -> RawCounts:

@@ -24,12 +24,12 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from densegate.lab.baselines.policies import LegacyPolicy, OriginalPolicy
-from densegate.lab.baselines.prefill_first import PrefillFirstScheduler
-from densegate.lab.baselines.raw_scheduler import RawListScheduler
 from densegate.impl.engine import EngineConfig
 from densegate.impl.gate import GateConfig, GatePolicy, PrefillGate
 from densegate.impl.sched.scheduler import Scheduler
+from densegate.lab.baselines.policies import LegacyPolicy, OriginalPolicy
+from densegate.lab.baselines.prefill_first import PrefillFirstScheduler
+from densegate.lab.baselines.raw_scheduler import RawListScheduler
 
 __all__ = ["BENCH_POLICIES", "BENCH_STALL_PASSES", "BenchPolicy"]
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from densegate.lab.bench.runs import BenchResult
 from densegate.impl.figures import fmt
 from densegate.impl.traces.replay import S6_SCOPE
+from densegate.lab.bench.runs import BenchResult
 
 __all__ = ["ROWS", "format_tables"]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from densegate.impl.figures import fmt
 from densegate.lab.bench.dp_runs import DP_PHASES, DPPhaseRun
 from densegate.lab.bench.runs import TIME_BASELINE, BenchResult
-from densegate.impl.figures import fmt
 
 __all__ = ["format_cost_tables", "format_dp_cost_tables", "format_time_tables"]
 

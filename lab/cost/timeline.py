@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from densegate.lab.cost.model import PassModel, PassWork, tick_ms
 from densegate.impl.engine import Engine
 from densegate.impl.figures import percentile
 from densegate.impl.sched.batch import Runner, ScheduledBatch
+from densegate.lab.cost.model import PassModel, PassWork, tick_ms
 
 __all__ = [
     "PassTimeline",

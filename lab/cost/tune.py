@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from densegate.lab.cost.timeline import TimeFigures
 from densegate.impl.validation import check_int, check_positive_float
+from densegate.lab.cost.timeline import TimeFigures
 
 __all__ = [
     "DEFAULT_DENSE_FRACTIONS",

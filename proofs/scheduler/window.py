@@ -1,4 +1,4 @@
-"""S6, time to first token, proved of the TTFT window for any number of requests.
+"""S6, time to first token, proved of the TTFT window for any number of requests (block size 2).
 
 ``TtftWindow`` (``densegate.spec.ttft_window``) starts at headship and steps
 through the window's undisturbed passes (none preempted, none aborted;

@@ -15,7 +15,7 @@ from densegate.proofs.obligation import Obligation, Step
 from densegate.proofs.registry import Level, Source
 from densegate.spec.gate import GATE, reason
 
-__all__ = ["TOY", "TOY_LEVEL", "TOY_OBLIGATIONS"]
+__all__ = ["TOY", "TOY_LEVEL", "TOY_MUTANTS", "TOY_OBLIGATIONS"]
 
 TOY = "toy"
 
@@ -51,9 +51,15 @@ TOY_OBLIGATIONS: list[Obligation] = [
     ),
 ]
 
+TOY_MUTANTS = {
+    name: GATE_MUTANTS[name] for name in ("dense_strict", "count_while_empty", "dense_overlap")
+}
+"""The toy level's catalog; ``dense_overlap`` is in it on purpose and no toy obligation
+refutes it, so the registry's unused-mutant check can be seen to fail."""
+
 TOY_LEVEL = Level(
     TOY,
     "toy obligations for the prover's own tests",
     ("T1", "T2"),
-    (Source("tests.support.toy_obligations", "TOY_OBLIGATIONS"),),
+    (Source("tests.support.toy_obligations", "TOY_OBLIGATIONS", "TOY_MUTANTS"),),
 )

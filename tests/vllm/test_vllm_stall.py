@@ -14,8 +14,8 @@ import pytest
 
 from densegate.impl.gate import Reason
 from densegate.impl.traces.workload import TraceRequest
-from tests.vllm.conftest import HAS_VLLM, SKIP_REASON
 from tests.support.vllm_harness import Cadence, Limits, build, replay
+from tests.vllm.conftest import HAS_VLLM, SKIP_REASON
 
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 

@@ -1,0 +1,157 @@
+"""Every obligation of the registry, proved once by ``densegate prove --json`` as users run it.
+
+One case per registry obligation (ids from ``densegate.proofs.registry``) reads the
+session's one run (``tests.support.prove_run``): the obligation proved (every query
+``unsat``, every code path explored), its premise and triggers satisfiable, each of its
+mutants refuted with a trace, and every mutant a level defines used. The rest tests
+the registry and the planning without proving anything the command proves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from densegate.cli.main import main
+from densegate.proofs.obligation import Obligation
+from densegate.proofs.plan import tasks
+from densegate.proofs.registry import LEVELS, Level, RegistryError, level, obligations
+from densegate.proofs.workers import prove_all
+from tests.support.prove_run import prove_run
+from tests.support.toy_obligations import TOY_LEVEL
+
+CASES = [(lv.name, ob_id) for lv in LEVELS for ob_id in lv.ids]
+
+
+@pytest.fixture(scope="session")
+def proved() -> dict[str, dict[str, Any]]:
+    return prove_run().by_id
+
+
+def _registered(ob_id: str) -> Any:
+    return next(ob for ob in obligations() if ob.id == ob_id)
+
+
+def test_densegate_prove_exits_zero_and_reports_the_registry_in_order() -> None:
+    run = prove_run()
+    ids = [o["id"] for o in run.doc["obligations"]]
+    assert ids == [ob_id for _, ob_id in CASES]
+    bad = [(o["id"], o["status"]) for o in run.doc["obligations"] if o["status"] != "proved"]
+    assert run.returncode == 0, (bad, run.stderr[-2000:])
+
+
+def _why(o: dict[str, Any]) -> list[tuple[str, str, str]]:
+    checks = [*o["checks"], *o["sanity_checks"]]
+    return [(c["name"], c["status"], c["reason"]) for c in checks]
+
+
+@pytest.mark.parametrize(("level_name", "ob_id"), CASES, ids=[i for _, i in CASES])
+def test_proved_and_every_mutant_refuted_with_a_trace(
+    proved: dict[str, dict[str, Any]], level_name: str, ob_id: str
+) -> None:
+    o, ob = proved[ob_id], _registered(ob_id)
+    assert (o["level"], o["statement"]) == (level_name, ob.statement)
+    assert o["scope_statement"] == ob.scope_statement
+    assert o["status"] == "proved", _why(o)
+    assert o["checks"] and {c["status"] for c in o["checks"]} == {"unsat"}, _why(o)
+    if o["about"] == "model":
+        names = [c["name"] for c in o["checks"]]
+        assert names[:3] == ["initiation", "consecution", "property"], names
+        assert o["premise_satisfiable"] is True and o["exactly_one_command"] is True, _why(o)
+        assert all(t["reachable"] for t in o["triggers"]), o["triggers"]
+    else:
+        assert all(c["name"].endswith(": every path") for c in o["checks"]), o["checks"]
+    # every mutant the obligation carries ran, and each was refuted by a real trace
+    assert o["mutants"], "an obligation with no broken variant shows nothing it catches"
+    assert [m["name"] for m in o["mutants"]] == [m.name for m in ob.mutants]
+    for m in o["mutants"]:
+        assert m["status"] == "refuted", (m["name"], m["reason"])
+        assert isinstance(m["params"], dict) and m["params"], m["name"]
+        assert [row["pass"] for row in m["trace"]] == list(range(len(m["trace"]))), m["name"]
+        assert m["trace"] and all(row for row in m["trace"]), m["name"]
+        assert m["display"] is None or len(m["display"]) == len(m["trace"]), m["name"]
+
+
+@pytest.mark.parametrize("lv", LEVELS, ids=[lv.name for lv in LEVELS])
+def test_every_mutant_a_level_defines_is_refuted_by_one_of_its_obligations(lv: Level) -> None:
+    assert lv.unused_mutants() == set()
+
+
+def test_the_unused_mutant_check_can_fail() -> None:
+    assert TOY_LEVEL.unused_mutants() == {"dense_overlap"}
+
+
+def test_ids_are_unique_and_every_level_loads_its_ids_in_order() -> None:
+    ids = [ob_id for _, ob_id in CASES]
+    assert len(ids) == len(set(ids))
+    for lv in LEVELS:
+        obs = lv.obligations()
+        assert [ob.id for ob in obs] == list(lv.ids)
+        assert {ob.level for ob in obs} == {lv.name}
+
+
+def test_a_registry_that_disagrees_with_its_modules_is_an_error() -> None:
+    gate = level("gate")
+    with pytest.raises(RegistryError, match=r"in no module \['P8'\]"):
+        replace(gate, ids=(*gate.ids, "P8")).obligations()
+    with pytest.raises(RegistryError, match=r"not in the registry \['P7'\]"):
+        replace(gate, ids=tuple(i for i in gate.ids if i != "P7")).obligations()
+    with pytest.raises(RegistryError, match="says level gate, registry dp"):
+        replace(gate, name="dp").obligations()
+    with pytest.raises(RegistryError, match="unknown proof level 'gates'"):
+        obligations(["gates"])
+
+
+def test_the_summaries_name_the_scopes_the_obligations_are_proved_at() -> None:
+    from densegate.proofs.refinement import scheduler as r3
+    from densegate.proofs.scheduler.per_slot import BLOCK_SIZE, SLOTS
+
+    summary = {lv.name: lv.summary for lv in LEVELS}
+    assert f"S8 at {SLOTS} request slots" in summary["scheduler"]
+    assert f"block size {BLOCK_SIZE}" in summary["scheduler"]
+    assert f"{r3.SLOTS} requests, block size {r3.BLOCK_SIZE}" in summary["refinement-scheduler"]
+
+
+def test_help_lists_every_level_from_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["prove", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for lv in LEVELS:
+        assert f"{lv.name}: {lv.summary}" in text.replace("- ", "-"), lv.name
+
+
+def test_unknown_level_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit, match="unknown proof level 'nope'"):
+        main(["prove", "--level", "nope"])
+
+
+# -- planning and workers, on the registry (planned, not proved) and on toy obligations -----
+
+
+def test_tasks_cover_every_obligation_and_its_mutants_once() -> None:
+    work = [(lv, ob) for lv in LEVELS for ob in lv.obligations()]
+    planned = tasks(work)
+    proved_ids = [i for t in planned if not t.mutants_only for i in t.ids]
+    assert sorted(proved_ids) == sorted(ob.id for _, ob in work)
+    refuted = [t.ids for t in planned if t.mutants_only]
+    assert all(len(ids) == 1 for ids in refuted)
+    # a model obligation's mutants run on their own; a code obligation's with its proof
+    want = sorted(ob.id for _, ob in work if isinstance(ob, Obligation) and ob.mutants)
+    assert sorted(ids[0] for ids in refuted) == want
+    # obligations sharing a machine are proved in one task (they share its invariant)
+    s8_group = next(t for t in planned if "S8" in t.ids and not t.mutants_only)
+    assert s8_group.level.name == "scheduler"
+
+
+def test_worker_processes_give_the_results_of_one_process() -> None:
+    work = [(TOY_LEVEL, ob) for ob in TOY_LEVEL.obligations()]
+    one, two = prove_all(work, jobs=1), prove_all(work, jobs=2)
+    assert [r.id for r in two] == ["T1", "T2"]
+    for a, b in zip(one, two, strict=True):
+        assert a.ok and b.ok, (a.id, a.status, b.status)
+        assert [c.status for c in a.checks] == [c.status for c in b.checks]
+        # the mutants ran in a task of their own and came back to their obligation
+        assert [(m.name, m.status) for m in a.mutants] == [(m.name, m.status) for m in b.mutants]
+        assert all(m.trace is not None and m.trace.rows for m in b.mutants)
