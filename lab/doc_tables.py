@@ -205,12 +205,12 @@ def _headline(args: list[str]) -> str:
             one_rank,
         ])  # fmt: skip
     header = [
-        "workload (requests)",
+        "workload (requests, all ranks)",
         "mixed ticks: aligned / local gates / gate off",
-        "tokens/s, aligned ÷ gate off",
-        "tokens/s, local gates ÷ gate off",
-        "TTFT p99 ms, aligned / gate off",
-        "one rank: tokens/s, densegate ÷ gate off",
+        "modeled tokens/s: aligned ÷ gate off",
+        "modeled tokens/s: local gates ÷ gate off",
+        "modeled TTFT p99 ms: aligned / gate off",
+        "one rank, modeled tokens/s: densegate ÷ gate off",
     ]
     return _md(header, rows, right=5)
 

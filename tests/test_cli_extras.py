@@ -18,35 +18,13 @@ import pytest
 from densegate.cli import main as cli
 from densegate.cli.extras import missing_extra_line
 from densegate.impl.extras import MissingExtra
+from tests.support.blocked import OPTIONAL, run_blocked
 
-OPTIONAL = (
-    "numpy",
-    "torch",
-    "rich",
-    "z3",
-    "crosshair",
-    "hypothesis",
-    "safetensors",
-    "tokenizers",
-    "matplotlib",
-    "vllm",
-    "sglang",
-)
-
-_CODE = (
-    "import sys\n"
-    "for m in {blocked!r}:\n"
-    "    sys.modules[m] = None\n"
-    "from densegate.cli.main import main\n"
-    "sys.exit(main({argv!r}))\n"
-)
+_CODE = "from densegate.cli.main import main\nsys.exit(main({argv!r}))\n"
 
 
 def _run(argv: list[str], blocked: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess[str]:
-    code = _CODE.format(blocked=blocked, argv=argv)
-    return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd
-    )
+    return run_blocked(_CODE.format(argv=argv), blocked, cwd)
 
 
 BENCH = ["bench", "--runner", "null", "--workload", "steady", "--requests", "5", "--quiet"]

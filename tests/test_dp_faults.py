@@ -167,7 +167,7 @@ def test_the_caller_sees_each_token_once_and_greedy_outputs_match_one_rank() -> 
     assert set(outputs) | ended == set(want)
     view = StreamView()  # the caller: the dead rank's stream up to its seal, then the rest
     for r in (1, 0, 2):
-        view.add(r, run.store.get(STREAM_KEY.format(r)))
+        view.add(r, run.store.get(STREAM_KEY.format(0, r)))
     assert view.tokens == want  # each position exactly once, none repeated
     assert len({t for toks in want.values() for t in toks}) > 3
 

@@ -12,31 +12,16 @@ from __future__ import annotations
 import json
 import pathlib
 import subprocess
-import sys
 
 import pytest
 import tomllib
 
 import densegate.impl
+from tests.support.blocked import OPTIONAL, run_blocked
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 IMPL = pathlib.Path(densegate.impl.__file__).parent
 
-OPTIONAL = (
-    "numpy",
-    "torch",
-    "rich",
-    "z3",
-    "crosshair",
-    "hypothesis",
-    "safetensors",
-    "tokenizers",
-    "matplotlib",
-    "transformers",
-    "vllm",
-    "sglang",
-)
-"""Every package an extra brings: none may be needed by the runtime."""
 
 TORCH_MODULES = {
     "densegate.impl.runners.attention",
@@ -52,8 +37,6 @@ TORCH_MODULES = {
 """The torch model runner: the only runtime modules that need an extra (``[torch]``)."""
 
 EXTRAS = {"prove", "testing", "cli", "torch", "hf", "text", "bench", "vllm", "sglang", "test"}
-
-_BLOCK = "import sys\nfor _m in {blocked!r}:\n    sys.modules[_m] = None\n"
 
 _RUNTIME = """
 import importlib, json, pathlib, pkgutil
@@ -75,13 +58,7 @@ print(json.dumps({"failed": failed, "lengths": [len(o) for o in out]}))
 
 
 def _run(code: str, blocked: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", _BLOCK.format(blocked=blocked) + code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_blocked(code, blocked, ROOT)
 
 
 def test_the_runtime_has_no_third_party_requirement() -> None:

@@ -15,13 +15,12 @@ import densegate.impl.gate as gate_module
 from densegate.impl import GateConfig, GateInput, PrefillGate, Reason
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.sched.config import SchedulerConfig
-from densegate.proofs.prover import prove
-from densegate.proofs.registry import obligations
-from densegate.proofs.stall_gate_obligations import STALL_GATE_MUTANTS, STALL_GATE_OBLIGATIONS
+from densegate.proofs.stall_gate_obligations import STALL_GATE_MUTANTS
 from densegate.spec.machine import evaluate
 from tests.support.gate_lockstep import StallGateLockstep
 from tests.support.mutation import assert_lockstep_catches, mutant_module, text_mutant
 from tests.support.profiles import examples
+from tests.support.prove_run import prove_run
 
 MIN_PASSES = 3_000
 RUNS = settings(max_examples=examples(ci=30, nightly=1_000), stateful_step_count=20)
@@ -89,39 +88,24 @@ def test_a_flat_thin_queue_fires_after_s_quiet_passes_not_k() -> None:
     assert off.stall_memory == (0, 0)  # the valve off keeps no memory
 
 
-@pytest.fixture(scope="module")
-def results() -> dict[str, object]:
-    return {ob.id: prove(ob) for ob in STALL_GATE_OBLIGATIONS}
-
-
-def test_v1_to_v4_proved_registered_and_every_mutant_refuted(results: dict) -> None:  # type: ignore[type-arg]
-    assert sorted(results) == ["V1", "V2", "V3", "V4"]
-    assert {"V1", "V2", "V3", "V4"} <= {o.id for o in obligations(["gate"])}
-    for r in results.values():
-        assert r.status == "proved" and r.parametric, (r.id, r.checks)
-        assert [c.status for c in r.checks] == ["unsat"] * 3
-        assert r.mutants
-        for m in r.mutants:
-            assert m.status == "refuted" and m.trace is not None and m.trace.rows, (r.id, m.name)
-    used = {m.name for ob in STALL_GATE_OBLIGATIONS for m in ob.mutants}
-    assert used == set(STALL_GATE_MUTANTS)
-
-
-def test_refuting_traces_are_runs_of_the_mutant(results: dict) -> None:  # type: ignore[type-arg]
-    """Replayed on the mutant from the initial state, each V2 trace repeats its rows."""
-    for m in results["V2"].mutants:
-        machine = STALL_GATE_MUTANTS[m.name].machine
+def test_refuting_traces_are_runs_of_the_mutant() -> None:
+    """Replayed on the mutant from the initial state, each V2 trace (from the session's
+    ``densegate prove --json``) repeats its rows."""
+    mutants = prove_run().by_id["V2"]["mutants"]
+    assert mutants
+    for m in mutants:
+        machine = STALL_GATE_MUTANTS[m["name"]].machine
         state = {"h": 0, "q": 0, "n": 0}
-        for row in m.trace.rows:
-            assert {k: row[k] for k in state} == state, (m.name, row)
+        for row in m["trace"]:
+            assert {k: row[k] for k in state} == state, (m["name"], row)
             try:
                 _, out, state = evaluate(
-                    machine, m.trace.params, state, {"w": row["w"], "d": row["d"]}
+                    machine, m["params"], state, {"w": row["w"], "d": row["d"]}
                 )
             except ValueError:  # no command or several: the mutant has no single answer
                 break
             if row.get("reason") is not None:
-                assert out["reason"] == row["reason"], (m.name, row)
+                assert out["reason"] == row["reason"], (m["name"], row)
 
 
 def test_bench_valve_column_alone_has_the_valve() -> None:

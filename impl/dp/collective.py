@@ -196,7 +196,9 @@ class TorchCollective:
     def _late(self, ready: Sequence[str], waited: float) -> str:
         if not ready:
             return f"all_reduce did not complete within {self.timeout_s}s (waited {waited:.2f}s)"
-        late = [m for m, key in zip(self.members, ready, strict=True) if not self.store.check([key])]
+        late = [
+            m for m, key in zip(self.members, ready, strict=True) if not self.store.check([key])
+        ]
         return (
             f"rank(s) {late} did not build phase {self.phase}'s engine within the startup "
             f"timeout {self.startup_timeout_s}s"

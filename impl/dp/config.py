@@ -138,8 +138,9 @@ def check_trace(trace: Sequence[TraceRequest], config: DPConfig, label: str = "t
     limit = min(p.engine.max_model_len for p in config.run_phases)
     for i, req in enumerate(trace):
         check_instance(label, f"[{i}]", req, TraceRequest)
-        for name, value in (("prompt_len", req.prompt_len), ("output_len", req.output_len)):
-            why = int_problem(f"{label} entry {i}: {name}", value, 1)
+        fields = (("arrival_pass", 0), ("prompt_len", 1), ("output_len", 1))
+        for name, low in fields:
+            why = int_problem(f"{label} entry {i}: {name}", getattr(req, name), low)
             if why is not None:
                 raise ValueError(why)
         why = fit_problem(f"{label} entry {i}", req.prompt_len, req.output_len, limit)

@@ -40,8 +40,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from densegate.impl.dp.collective import (
     Collective,
@@ -53,6 +51,7 @@ from densegate.impl.dp.config import DPConfig, Phase, make_prompts
 from densegate.impl.dp.hooks import NO_HOOKS, RankHooks
 from densegate.impl.dp.membership import Agreement
 from densegate.impl.dp.readmission import StreamView, hand_over, stream_record
+from densegate.impl.dp.recovery import GroupState
 from densegate.impl.dp.report import FIGURES, AlignmentStats, RankReport
 from densegate.impl.dp.router import Router, fallback_route
 from densegate.impl.dp_gate import (
@@ -80,26 +79,6 @@ __all__ = ["run_rank"]
 log = logging.getLogger("densegate.dp")
 
 _Prev = tuple[bool, bool, Reason | None]
-_MAX_AGREEMENTS = 64
-"""A group that keeps failing without losing a rank is broken in a way agreement cannot fix."""
-
-
-@dataclass
-class _Pending:
-    """An agreement not yet applied, and what this rank saw of the failure."""
-
-    agreed: Agreement
-    fault: dict[str, Any]
-
-
-@dataclass
-class _Group:
-    """What outlives a phase: collectives over every phase, the last one's result, and an
-    agreement whose lagger adopted a phase's last call (applied in the next phase)."""
-
-    calls: int = 0
-    last_total: list[int] | None = None
-    pending: _Pending | None = None
 
 
 class _RankLoop:
@@ -116,7 +95,7 @@ class _RankLoop:
         config: DPConfig,
         collective: Collective,
         hooks: RankHooks,
-        group: _Group,
+        group: GroupState,
     ) -> None:
         self.rank = rank
         self.members = list(range(world))
@@ -206,9 +185,9 @@ class _RankLoop:
         """The tick's all-reduce; after a failure, the survivors' (None: store gone)."""
         group = self.group
         while True:
-            if group.pending is not None:
-                self._apply(group.pending, tick)
-                group.pending = None
+            agreed = group.apply(self.rank, self.report, tick)
+            if agreed is not None:
+                self._apply(agreed)
             vec = self._vector(plan, prev)
             t0 = time.perf_counter()
             try:
@@ -223,40 +202,23 @@ class _RankLoop:
                 total = agreed.adopt[1]  # the leaders completed it: so did we
             self.collective_s += time.perf_counter() - t0
             self.calls += 1
-            group.calls += 1
-            group.last_total = total
+            group.completed(total)
             return total
 
     def _recover(self, tick: int, err: Exception, waited_s: float) -> Agreement | None:
         msg = "rank %d: collective failed at tick %d after %.2fs (%s)"
         log.warning(msg, self.rank, tick, waited_s, err)
-        t0 = time.perf_counter()
-        group = self.group
         try:
-            agreed = self.collective.recover(group.calls, group.last_total)
+            return self.group.recover(self.collective, err, waited_s)
         except StoreUnavailable as e:
             log.warning("rank %d: %s; finishing alone with the local gate", self.rank, e)
             self.report.faults.append({"tick": tick, "error": str(e)[:300], "store_lost": True})
             return None
-        fault = {
-            "error": str(err)[:300],
-            "detected_after_s": waited_s,
-            "recovery_s": time.perf_counter() - t0,
-            "adopted": agreed.adopt is not None and agreed.adopt[0] == group.calls + 1,
-        }
-        group.pending = _Pending(agreed, fault)
-        return agreed
 
-    def _apply(self, pending: _Pending, tick: int) -> None:
-        """The new membership, from this call on: hand-over, router, gate.
-
-        The fault is recorded here, at the tick every survivor applies it, in this phase's
-        report (a lagger learnt of it in the phase before if it adopted that one's last call).
-        """
-        agreed, rep = pending.agreed, self.report
-        if len(rep.faults) >= _MAX_AGREEMENTS:
-            raise RuntimeError(f"rank {self.rank}: {_MAX_AGREEMENTS} agreements, giving up")
-        rep.faults.append(_fault_entry(pending, tick))
+    def _apply(self, agreed: Agreement) -> None:
+        """The new membership, from this call on: hand-over, router, gate (the fault is
+        in the report already: ``GroupState.apply``)."""
+        rep = self.report
         old = self.members
         for d, raw in sorted(agreed.streams.items()):
             self.view.add(d, raw)
@@ -381,19 +343,6 @@ class _RankLoop:
         return rep
 
 
-def _fault_entry(pending: _Pending, tick: int) -> dict[str, Any]:
-    """A report's record of one agreement, applied at ``tick``."""
-    agreed = pending.agreed
-    return {
-        "tick": tick,
-        **pending.fault,
-        "dead_ranks": agreed.dead,
-        "survivors": agreed.members,
-        "left": agreed.left,
-        "epoch": agreed.epoch,
-    }
-
-
 def run_rank(
     rank: int,
     world_size: int,
@@ -420,7 +369,7 @@ def run_rank(
     indexed = [(i, req) for i, (_, req) in enumerate(ordered)]
     reports: list[RankReport] = []
     prompts: list[list[int]] | None = None
-    group = _Group()
+    group = GroupState()
     phases = config.run_phases
     for k, phase in enumerate(phases):
         loop = _RankLoop(rank, world_size, phase, k, indexed, [], config, collective, hooks, group)
@@ -430,13 +379,8 @@ def run_rank(
         report = loop.run()
         reports.append(report)
         stop = bool(report.faults) or k == len(phases) - 1
-        if stop and group.pending is not None:
-            # This rank adopted the run's last call: every request had ended, so there is
-            # nothing to hand over; the report still names who died.
-            report.faults.append(
-                {**_fault_entry(group.pending, report.ticks), "readmitted": 0, "ended_on_dead": 0}
-            )
-            group.pending = None
+        if stop:
+            group.close(report)
         if on_phase is not None:
             on_phase(list(reports))
         if stop:

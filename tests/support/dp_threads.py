@@ -9,6 +9,7 @@ Membership after a failure goes through ``densegate.impl.dp.membership`` over a
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,14 @@ from dataclasses import dataclass, field
 from densegate.impl.dp.collective import CollectiveError, Excluded
 from densegate.impl.dp.config import DPConfig
 from densegate.impl.dp.hooks import RankHooks, chain
-from densegate.impl.dp.membership import DEAD_KEY, STREAM_KEY, Agreement, DictStore, agree
+from densegate.impl.dp.membership import (
+    DEAD_KEY,
+    LEFT_KEY,
+    STREAM_KEY,
+    Agreement,
+    DictStore,
+    agree,
+)
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
 from densegate.impl.traces.workload import TraceRequest
@@ -105,6 +113,9 @@ class ThreadGroup:
 
 
 class ThreadCollective:
+    """A ``PhasedCollective``: streams per phase, the phase told when recovering, and a
+    left mark; a phase's first call waits like any other (there is no model to build)."""
+
     def __init__(self, group: ThreadGroup, rank: int) -> None:
         self.group = group
         self.rank = rank
@@ -112,6 +123,13 @@ class ThreadCollective:
         self.epoch = 0
         self.in_epoch = 0  # calls in this epoch: picks the buffer
         self.members = list(range(group.world))
+        self.phase = 0
+
+    def begin_phase(self, index: int) -> None:
+        self.phase = index
+
+    def leave(self, calls: int, total: Sequence[int] | None) -> None:
+        self.group.store.set(LEFT_KEY.format(self.rank), json.dumps([calls, list(total or [])]))
 
     def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
         g = self.group
@@ -132,12 +150,14 @@ class ThreadCollective:
         return total
 
     def publish(self, record: bytes) -> None:
-        self.group.store.append(STREAM_KEY.format(self.rank), record)
+        self.group.store.append(STREAM_KEY.format(self.phase, self.rank), record)
 
     def recover(self, calls: int, total: Sequence[int] | None) -> Agreement:
         g = self.group
         g.epoch(self.epoch, len(self.members))[0].abort()  # peers stop waiting at once
-        agreed = agree(g.store, self.epoch, self.rank, self.members, calls, total, g.grace_s)
+        agreed = agree(
+            g.store, self.epoch, self.rank, self.members, calls, total, g.grace_s, self.phase
+        )
         if self.rank not in agreed.members:
             raise Excluded(f"rank {self.rank} was agreed gone")
         self.epoch, self.members, self.in_epoch = agreed.epoch, agreed.members, 0
