@@ -12,8 +12,12 @@ Two ways to start the same ranks, with the same code in each rank:
 
 The backend and the collectives' timeouts are ``densegate.impl.dp.collective``'s
 (``--dp-backend`` in this module's own command line overrides the backend): a
-rank that dies or hangs is noticed, and the survivors agree through the store,
-take over its requests and go on aligned (``densegate.impl.dp.rank``). Under
+rank that dies is noticed at once and one that hangs within ``--dp-timeout``
+plus 0.5 s (``DETECTION_MARGIN_S``), in every phase and at every tick, a
+phase's first collective included; ``--dp-startup-timeout`` bounds only the
+rendezvous and building each phase's engine. The survivors agree through the
+store, take over its requests and go on aligned (``densegate.impl.dp.rank``),
+finish the phase and stop; every rank reports each phase as it ends. Under
 torchrun the elastic agent itself stops every worker when one fails, so
 survivor behaviour needs ``densegate run --dp N`` (the store lives in the
 launcher) or hand-started ranks; the README says what torchrun does.
@@ -21,10 +25,14 @@ launcher) or hand-started ranks; the README says what torchrun does.
 The runtime runs what this module assembles from the lab (``densegate.lab.dp``):
 the coordinated phase plus the uncoordinated baselines (``--no-baselines``:
 none) in ``--timed-rounds`` rounds, the timing hook behind the time table, and
-the faults of ``DENSEGATE_DP_CRASH=RANK:TICK[:MODE[:SECONDS]][,...]`` (MODE:
-exit, collective, hang, slow; see ``densegate.lab.dp.inject.Fault``).
-``DENSEGATE_DP_OUT=DIR`` keeps the launcher's per-rank reports (decision logs
-included) in DIR.
+the faults of ``DENSEGATE_DP_CRASH=RANK:TICK[:MODE[:SECONDS]][@PHASE][,...]``
+(MODE: exit, collective, hang, slow; PHASE: the phase's number in run order,
+default 0, the coordinated run; with baselines 1 is gate-off and 2 the local
+gate; see ``densegate.lab.dp.inject.Fault``). A fault naming a rank or phase
+the run does not have is refused, as is a trace request no engine could admit
+(prompt_len + output_len over max_model_len): one line, exit 2, before any
+rank starts. ``DENSEGATE_DP_OUT=DIR`` keeps the launcher's per-rank reports
+(decision logs included) in DIR.
 """
 
 from __future__ import annotations
@@ -35,17 +43,17 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from densegate.cli.options import add_arguments, engine_config
-from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp.config import DPConfig, check_trace
 from densegate.impl.dp.hooks import RankHooks, chain
 from densegate.impl.dp.launch import launch, rank_main
 from densegate.impl.dp.report import RankReport
 from densegate.impl.dp.summary import by_phase, merge_reports
 from densegate.impl.traces.workload import TraceRequest
-from densegate.lab.dp.inject import Fault, FaultHooks
+from densegate.lab.dp.inject import Fault, FaultHooks, check_faults
 from densegate.lab.dp.phases import bench_phases
 from densegate.lab.dp.tables import print_summary
 from densegate.lab.dp.timing import TimingHooks, phase_timing
@@ -53,19 +61,27 @@ from densegate.lab.dp.timing import TimingHooks, phase_timing
 __all__ = ["main", "parse_faults", "run_dp", "summarize_dp"]
 
 
+CRASH_FORMAT = "RANK:TICK[:MODE[:SECONDS]][@PHASE]"
+
+
 def parse_faults(spec: str) -> tuple[Fault, ...]:
-    """``RANK:TICK[:MODE[:SECONDS]]``, comma-separated; ValueError naming a bad one."""
+    """``RANK:TICK[:MODE[:SECONDS]][@PHASE]``, comma-separated; ValueError naming a bad one."""
     faults = []
     for item in filter(None, (x.strip() for x in spec.split(","))):
-        parts = item.split(":")
-        if not 2 <= len(parts) <= 4:
-            raise ValueError(f"DENSEGATE_DP_CRASH: {item!r} is not RANK:TICK[:MODE[:SECONDS]]")
+        body, at, phase = item.partition("@")
+        parts = body.split(":")
+        if not 2 <= len(parts) <= 4 or (at and not phase):
+            raise ValueError(f"DENSEGATE_DP_CRASH: {item!r} is not {CRASH_FORMAT}")
         try:
             rank, tick = int(parts[0]), int(parts[1])
             secs = float(parts[3]) if len(parts) > 3 else 0.0
+            index = int(phase) if at else 0
         except ValueError:
             raise ValueError(f"DENSEGATE_DP_CRASH: {item!r} has a bad number") from None
-        faults.append(Fault(rank, tick, parts[2] if len(parts) > 2 else "exit", secs))
+        try:
+            faults.append(Fault(rank, tick, parts[2] if len(parts) > 2 else "exit", secs, index))
+        except ValueError as e:
+            raise ValueError(f"DENSEGATE_DP_CRASH: {item!r}: {e}") from None
     return tuple(faults)
 
 
@@ -80,6 +96,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         engine,
         router=getattr(args, "router", "round-robin"),
         timeout_s=getattr(args, "dp_timeout", 30.0),
+        startup_timeout_s=getattr(args, "dp_startup_timeout", 300.0),
         target_fill=getattr(args, "target_fill", 1.0),
         stall_ticks=getattr(args, "stall_ticks", 0),
         kv_pressure_valve=getattr(args, "kv_valve", False),
@@ -88,9 +105,11 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
     )
 
 
-def _hooks() -> RankHooks:
-    """Every phase timed, and the faults of ``DENSEGATE_DP_CRASH`` injected."""
+def _hooks(world: int, phases: int) -> RankHooks:
+    """Every phase timed, and the faults of ``DENSEGATE_DP_CRASH`` injected (checked
+    against the run's ``world`` ranks and ``phases`` phases)."""
     faults = parse_faults(os.environ.get("DENSEGATE_DP_CRASH", ""))
+    check_faults(faults, world, phases)
     if os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
         faults = ()  # an injected fault is a one-time crash: torchrun's restart runs clean
     return chain(TimingHooks(), FaultHooks(faults))
@@ -102,10 +121,11 @@ def summarize_dp(
     trace_len: int,
     wall_s: float,
     exitcodes: Sequence[int | None] | None = None,
+    streams: Mapping[str, Mapping[int, bytes]] | None = None,
 ) -> dict[str, Any]:
     """``merge_reports``, plus the time per phase (``densegate.lab.dp.timing``)."""
     dicts = {r: [x.as_dict() for x in reps] for r, reps in reports.items()}
-    s = merge_reports(world, dicts, trace_len, wall_s, exitcodes)
+    s = merge_reports(world, dicts, trace_len, wall_s, exitcodes, streams)
     if "error" not in s:
         s["timing"] = phase_timing(by_phase(reports))
     return s
@@ -127,10 +147,14 @@ def _runner(args: argparse.Namespace, n: int) -> str:
     return "torch" if n <= 300 else "null"
 
 
-def _inputs(args: argparse.Namespace) -> tuple[list[TraceRequest], DPConfig, RankHooks]:
-    """The trace, config and hooks both entry points run; ValueError or OSError if bad."""
+def _inputs(args: argparse.Namespace, world: int) -> tuple[list[TraceRequest], DPConfig, RankHooks]:
+    """The trace, config and hooks both entry points run, every one checked against the
+    others (a fault's rank and phase, each request against the engine's max_model_len)
+    before any work; ValueError or OSError if bad."""
     trace = _trace(args)
-    return trace, _dp_config(args, _runner(args, len(trace))), _hooks()
+    config = _dp_config(args, _runner(args, len(trace)))
+    check_trace(trace, config, f"--trace {args.trace}" if args.trace else "the workload")
+    return trace, config, _hooks(world, len(config.run_phases))
 
 
 def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
@@ -147,7 +171,7 @@ def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
 def run_dp(args: argparse.Namespace) -> int:
     """``densegate run --dp N``: launch N local ranks, print the merged summary."""
     try:
-        trace, config, hooks = _inputs(args)
+        trace, config, hooks = _inputs(args, args.dp)
     except (ValueError, OSError) as e:
         print(f"densegate run: {e}", file=sys.stderr)
         return 2
@@ -157,7 +181,8 @@ def run_dp(args: argparse.Namespace) -> int:
         dump_trace(trace, args.dump_trace)
     out_dir = os.environ.get("DENSEGATE_DP_OUT")
     r = launch(trace, config, args.dp, out_dir=out_dir, hooks=hooks)
-    return _show(args, summarize_dp(r.world_size, r.reports, r.trace_len, r.wall_s, r.exitcodes))
+    s = summarize_dp(r.world_size, r.reports, r.trace_len, r.wall_s, r.exitcodes, r.streams)
+    return _show(args, s)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -182,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
-        trace, config, hooks = _inputs(args)
+        trace, config, hooks = _inputs(args, int(os.environ.get("WORLD_SIZE", "1")))
     except (ValueError, OSError) as e:
         print(f"densegate.cli.dp: {e}", file=sys.stderr)
         return 2

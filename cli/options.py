@@ -153,7 +153,17 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=30.0,
         metavar="SECONDS",
-        help="a collective slower than this means a rank is gone (default 30)",
+        help="a collective slower than this means a rank is gone: a hung rank is noticed "
+        "within SECONDS + 0.5 in every phase, a phase's first collective included, counted "
+        "from when every rank has built the phase's engine (default 30)",
+    )
+    dp.add_argument(
+        "--dp-startup-timeout",
+        type=positive_float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long ranks may take to meet at start-up and to build each phase's engine "
+        "(a model load): only a rank slower than this there is taken for gone (default 300)",
     )
 
 

@@ -20,11 +20,12 @@ import argparse
 import contextlib
 import io
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
-__all__ = ["GENERATORS", "Generator", "GeneratorError", "cli_output", "parse_tables"]
+__all__ = ["GENERATORS", "SECONDS", "Generator", "GeneratorError", "cli_output", "parse_tables"]
 
 
 class GeneratorError(Exception):
@@ -43,6 +44,8 @@ class Generator:
 
 # -- running a command once ------------------------------------------------------------
 _OUTPUT: dict[tuple[str, ...], str] = {}
+SECONDS: dict[str, float] = {}
+"""Wall-clock seconds each command took when it ran in this process (printed, never judged)."""
 MEASURED_LINES = re.compile(r"^(\| scheduler us per pass \||wall: )")
 """Wall-clock lines of the benchmark's text, left out of every block."""
 
@@ -53,7 +56,7 @@ def cli_output(argv: Sequence[str], ok: tuple[int, ...] = (0,)) -> str:
     if key not in _OUTPUT:
         from densegate.cli.main import main
 
-        out, err = io.StringIO(), io.StringIO()
+        out, err, t0 = io.StringIO(), io.StringIO(), time.perf_counter()
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = main(list(argv))
@@ -63,6 +66,7 @@ def cli_output(argv: Sequence[str], ok: tuple[int, ...] = (0,)) -> str:
             tail = err.getvalue().strip().splitlines()[-3:]
             raise GeneratorError(f"densegate {' '.join(argv)} exited {code}: {' / '.join(tail)}")
         _OUTPUT[key] = out.getvalue()
+        SECONDS[" ".join(("densegate", *argv))] = time.perf_counter() - t0
     return _OUTPUT[key]
 
 

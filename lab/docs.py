@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from densegate.lab.doc_tables import GENERATORS, GeneratorError
+from densegate.lab.doc_tables import GENERATORS, SECONDS, GeneratorError
 
 __all__ = [
     "README_MAX_LINES",
@@ -254,6 +254,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line)
     for rel in report.changed:
         print(f"wrote {rel}")
+    for cmd, seconds in SECONDS.items():
+        print(f"  {seconds:6.1f} s  {cmd}", file=sys.stderr)
     verdict = "ok" if report.ok else f"{len(report.diffs)} drifted, {len(report.problems)} other"
     print(
         f"densegate docs: {report.blocks} generated blocks in {len(paths)} docs, {verdict} "

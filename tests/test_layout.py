@@ -12,7 +12,7 @@ import re
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-ROOMS = ("spec", "proofs", "impl", "cli")
+ROOMS = ("spec", "proofs", "impl", "lab", "cli", "integrations")
 MAX_LINES = 400
 OUTSIDE = re.compile(r"shared/|DESIGN\.md")
 

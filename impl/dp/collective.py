@@ -176,12 +176,12 @@ class TorchCollective:
         poke = start
         broken = BROKEN_KEY.format(self.epoch)
         ready = [READY_KEY.format(self.phase, m) for m in self.members] if first else []
-        deadline = start + (self.startup_timeout_s if ready else self.timeout_s)
+        deadline = start + (self.startup_timeout_s if first else self.timeout_s)
         pause = 0.0
         while not work.is_completed():
             now = time.monotonic()
             if now > deadline:
-                raise CollectiveError(self._late(ready, now - start))
+                raise CollectiveError(self._late(first, ready, now - start))
             if now >= poke:
                 poke = now + _POKE_S
                 if self.store.check([broken]):
@@ -193,9 +193,15 @@ class TorchCollective:
             pause = min(0.001, pause + 0.0001)
         work.wait()
 
-    def _late(self, ready: Sequence[str], waited: float) -> str:
+    def _late(self, first: bool, ready: Sequence[str], waited: float) -> str:
+        """Why the deadline passed: ``ready`` holds the marks still missing."""
+        if not first:
+            return f"all_reduce did not complete within {self.timeout_s}s"
         if not ready:
-            return f"all_reduce did not complete within {self.timeout_s}s (waited {waited:.2f}s)"
+            return (
+                f"all_reduce did not complete within {self.timeout_s}s after every rank had "
+                f"built phase {self.phase}'s engine (waited {waited:.2f}s in all)"
+            )
         late = [
             m for m, key in zip(self.members, ready, strict=True) if not self.store.check([key])
         ]

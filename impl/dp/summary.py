@@ -135,7 +135,9 @@ def merge_reports(
     }
     died_in: dict[int, str] = {}
     for name in phases:
-        for r in sorted(missing[name] | {int(d) for f in faults[name] for d in f["dead_ranks"]}):
+        for r in sorted(
+            missing[name] | {int(d) for f in faults[name] for d in f.get("dead_ranks", [])}
+        ):
             died_in.setdefault(r, name)
     crashed = {r for r, c in enumerate(exitcodes or []) if c not in (0, None)}
     dead = sorted(set(died_in) | crashed)

@@ -201,7 +201,12 @@ def run_group(
             mine: RankHooks = FaultHooks(tuple(faults), on_crash=crash)
             if hooks is not None:
                 mine = chain(mine, hooks)
-            run.reports[rank] = run_rank(rank, world, trace, config, collective, hooks=mine)
+            # Each phase's reports as it ends, as rank_main writes them: a rank that dies
+            # later has still reported the phases it finished.
+            def report(so_far: list[RankReport]) -> None:
+                run.reports[rank] = so_far
+
+            run_rank(rank, world, trace, config, collective, hooks=mine, on_phase=report)
         except _Crash:
             pass
         except Excluded:

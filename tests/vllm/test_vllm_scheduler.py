@@ -153,11 +153,7 @@ def test_every_request_ends_with_exactly_its_output_or_aborted(run: Any) -> None
 def _judge(steps: list[Step], cfg: GateConfig) -> dict[str, tuple[int, str]]:
     """The conformance kit's per-pass judge, fed the recorded decisions."""
     from densegate.testing import GateRun, Observation
-
-    try:
-        from densegate.testing.driver import Driver
-    except ImportError:  # before the kit's driver got its own module
-        from densegate.testing.conformance import _Driver as Driver  # type: ignore[attr-defined,no-redef]
+    from densegate.testing.driver import Driver
 
     obs = tuple(
         Observation(s.gate.waiting_tokens, s.gate.observation.decode_seqs, s.decode_seqs,
