@@ -178,8 +178,9 @@ def test_dp_crash_spec_parses_and_names_bad_input() -> None:
         Fault(0, 3, "collective", 0.002),
         Fault(2, 9, "slow", 1.0),
     )
-    for bad in ("1", "a:3", "1:2:explode", "1:2:slow:x:y"):
-        with pytest.raises(ValueError, match=r"DENSEGATE_DP_CRASH|Fault"):
+    assert parse_faults("1:0:hang@2,0:4@1") == (Fault(1, 0, "hang", 0.0, 2), Fault(0, 4, phase=1))
+    for bad in ("1", "a:3", "1:2:explode", "1:2:slow:x:y", "1:2@", "1:2@x", "1:2:slow:inf"):
+        with pytest.raises(ValueError, match=rf"^DENSEGATE_DP_CRASH: {bad!r}"):
             parse_faults(bad)
 
 

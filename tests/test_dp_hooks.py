@@ -107,8 +107,8 @@ def test_bench_phases_baselines_and_rounds() -> None:
         bench_phases(ENGINE, timed_rounds=-1)
 
 
-def test_faults_fire_only_on_their_rank_in_the_first_phase() -> None:
-    faults = (Fault(1, 3), Fault(1, 5, "slow", 0.1), Fault(2, 4))
+def test_faults_fire_only_on_their_rank_in_their_phase() -> None:
+    faults = (Fault(1, 3), Fault(1, 5, "slow", 0.1), Fault(2, 4), Fault(1, 0, phase=2))
     hooks = FaultHooks(faults)
     engine = Engine(ENGINE)
     phase = DPConfig(ENGINE).run_phases[0]
@@ -120,8 +120,11 @@ def test_faults_fire_only_on_their_rank_in_the_first_phase() -> None:
 
     assert picked(1, 0) == [Fault(1, 3), Fault(1, 5, "slow", 0.1)]
     assert picked(0, 0) == [] and picked(1, 1) == []
+    assert picked(1, 2) == [Fault(1, 0, phase=2)] and picked(2, 2) == []
     with pytest.raises(TypeError, match=r"FaultHooks\.faults\[0\]"):
         FaultHooks(((1, 3),))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"Fault\.phase must be >= 0, got -1"):
+        Fault(0, 1, phase=-1)
 
 
 def test_a_fault_injected_through_the_hooks_ends_the_rank() -> None:
