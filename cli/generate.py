@@ -33,18 +33,33 @@ def parse_ids(text: str) -> list[int]:
 
 
 def generate(args: argparse.Namespace) -> int:
-    """Run every prompt to completion; 0 when each finished, 1 if one was rejected, 2 on
-    bad input (no --model, no tokenizer for text, a refused checkpoint)."""
+    """Run every prompt to completion; 0 when each finished, 1 if one ended otherwise, 2 on
+    bad input (no --model, no tokenizer for text, a refused checkpoint, a prompt or stop id
+    the model could never serve), found before the weights load."""
     from densegate.impl.engine import Engine
+    from densegate.impl.runners.hf_config import read_config
+    from densegate.impl.runners.tokenizer import TextCodec
+    from densegate.impl.sched.admission import rejection
 
     if not args.model:
         print("densegate run: --prompt and --prompt-ids need --model DIR", file=sys.stderr)
         return 2
     try:
-        engine = Engine(engine_config(args, "torch"))
-        text = engine.tokenizer
+        config = engine_config(args, "torch")  # reads config.json, not the weights
+        vocab = read_config(args.model).config.vocab_size
+        bad = next((t for t in args.stop_token_id if t >= vocab), None)
+        if bad is not None:
+            raise ValueError(f"--stop-token-id {bad} is outside the vocabulary [0, {vocab})")
+        text = TextCodec(args.model)
+        if text.available or args.prompt:
+            text.load()  # a bad tokenizer.json is refused now, not after the run
         prompts = [text.encode(t) for t in args.prompt or []]
         prompts += [parse_ids(s) for s in args.prompt_ids or []]
+        for i, p in enumerate(prompts):
+            why = rejection(config, vocab, p, args.max_tokens)
+            if why is not None:
+                raise ValueError(f"prompt {i} cannot be served: {why}")
+        engine = Engine(config)
         rids = [
             engine.add_request(
                 p, args.max_tokens, stop_token_ids=args.stop_token_id, ignore_eos=args.ignore_eos

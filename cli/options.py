@@ -14,12 +14,24 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from densegate.cli.flag_types import count, positive_float
+from densegate.cli.flag_types import count, device, output_file, positive_float
 from densegate.impl.sched.config import REFERENCE_CONFIG
 
-__all__ = ["add_alias", "add_arguments", "add_quiet", "add_threads", "engine_config", "threads"]
+__all__ = [
+    "MAX_REQUESTS",
+    "add_alias",
+    "add_arguments",
+    "add_quiet",
+    "add_threads",
+    "engine_config",
+    "threads",
+]
 
 REF = REFERENCE_CONFIG
+
+MAX_REQUESTS = 1_000_000
+"""The most requests a generated workload may have: more would build for minutes, printing
+nothing (``--requests``, run's and bench's and tune's)."""
 
 
 def add_alias(p: Any, old: str, dest: str, **kw: Any) -> None:
@@ -52,11 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--requests",
         dest="gen",
-        type=count(0),
+        type=count(0, MAX_REQUESTS),
         metavar="N",
-        help="generate N requests (default 500)",
+        help=f"generate N requests (default 500, at most {MAX_REQUESTS}), their lengths drawn "
+        "within --max-model-len",
     )
-    add_alias(src, "--gen", "gen", type=count(0))
+    add_alias(src, "--gen", "gen", type=count(0, MAX_REQUESTS))
     src.add_argument("--trace", metavar="FILE", help="replay a JSON trace")
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     p.add_argument(
@@ -67,7 +80,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--gate", choices=["on", "off"], default="on", help="the gate (default on)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--dump-trace", metavar="FILE", help="write the workload as a JSON trace")
+    p.add_argument(
+        "--dump-trace", type=output_file, metavar="FILE", help="write the workload as a JSON trace"
+    )
     p.add_argument(
         "--runner",
         choices=["auto", "null", "torch"],
@@ -75,7 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="torch runs the seeded model; null schedules only (auto: torch up to 300 "
         "requests, else null)",
     )
-    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
+    p.add_argument(
+        "--device",
+        type=device,
+        default="cpu",
+        help="torch device: cpu, cuda or cuda:N (default cpu)",
+    )
     p.add_argument("--dtype", default="float32", help="torch dtype (default float32)")
     add_threads(p)
     add_quiet(p, "no progress bar", dest="no_progress")
@@ -116,7 +136,13 @@ def _checkpoint_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="ID",
-        help="stop at ID (repeatable)",
+        help="stop at ID (repeatable; within the model's vocabulary)",
+    )
+    ck.add_argument(
+        "--no-finite-check",
+        action="store_true",
+        help="skip checking that every weight is finite (NaN or inf refuses a checkpoint): "
+        "the check reads each tensor once more, worth skipping only for a very large one",
     )
 
 
@@ -205,7 +231,9 @@ def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
         default=_Default(REF.max_model_len),
         metavar="N",
         help=f"longest prompt + output (default {REF.max_model_len}; with --model, the "
-        "checkpoint's max_position_embeddings)",
+        "checkpoint's max_position_embeddings): a generated workload's lengths are drawn "
+        "within it; a --trace request longer than it is refused (exit 2), on one rank and "
+        "with --dp alike",
     )
     g.add_argument(
         "--no-chunked-prefill",
@@ -274,6 +302,7 @@ def engine_config(args: argparse.Namespace, runner: str) -> Any:
         device=args.device,
         dtype=args.dtype,
         num_threads=threads(args) if runner == "torch" else None,
+        check_weights=not getattr(args, "no_finite_check", False),
     )
 
 

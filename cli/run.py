@@ -1,5 +1,11 @@
 """``densegate run``: a seeded workload (or a trace) through the engine, summarized;
-with ``--model DIR --prompt TEXT`` (or ``--prompt-ids``), a checkpoint's greedy output."""
+with ``--model DIR --prompt TEXT`` (or ``--prompt-ids``), a checkpoint's greedy output.
+
+Every input is checked before any work: a flag that the chosen mode would ignore
+is refused, and so is a trace request no engine could admit (the same rule as
+``--dp``). Exit status: 0 when every request finished, 1 when one was rejected or
+aborted (the summary says how many and why), 2 for bad input.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +20,65 @@ from densegate.cli.options import engine_config
 HELP = "run a seeded synthetic workload or a trace through the engine and summarize it"
 
 
+class _UnsetInt(int):
+    """A flag's default, told apart from the same value given on the command line."""
+
+
+class _UnsetFloat(float):
+    """A float flag's default, told apart from the same value given."""
+
+
+_WORKLOAD_ONLY = ("seed", "rate")
+_PROMPT_ONLY = ("max_tokens",)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The flags ``run`` shares with the torchrun entry point (``densegate.cli.options``)."""
+    """The flags ``run`` shares with the torchrun entry point (``densegate.cli.options``);
+    the defaults of flags only one mode reads are marked, so giving one is seen."""
     options.add_arguments(p)
+    for dest in (*_WORKLOAD_ONLY, *_PROMPT_ONLY):
+        value = p.get_default(dest)
+        p.set_defaults(**{dest: (_UnsetFloat if isinstance(value, float) else _UnsetInt)(value)})
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    return not isinstance(getattr(args, dest), (_UnsetInt, _UnsetFloat))
+
+
+def conflict(args: argparse.Namespace) -> str | None:
+    """A flag the chosen mode would silently ignore, named; or None."""
+    prompts = args.prompt or args.prompt_ids
+    if prompts:
+        workload = [f"--{d}" for d in _WORKLOAD_ONLY if _given(args, d)]
+        workload += ["--requests"] * (args.gen is not None) + ["--trace"] * bool(args.trace)
+        workload += ["--dump-trace"] * bool(args.dump_trace)
+        if args.dp > 1:
+            return "--prompt/--prompt-ids run on one engine: not with --dp"
+        if args.runner == "null":
+            return "--prompt/--prompt-ids need the torch runner: not with --runner null"
+        if workload:
+            return f"--prompt/--prompt-ids generate from a checkpoint: not with {workload[0]}"
+        return None
+    if args.trace and _given(args, "rate"):
+        return "--rate is for a generated workload: a --trace has its own arrivals"
+    if args.model and args.runner == "null":
+        return "--model runs the torch runner: not with --runner null"
+    generation = ["--max-tokens"] * _given(args, "max_tokens")
+    generation += ["--stop-token-id"] * bool(args.stop_token_id)
+    generation += ["--ignore-eos"] * bool(args.ignore_eos)
+    if generation:
+        return f"{generation[0]} is for --prompt/--prompt-ids (a workload has its own lengths)"
+    return None
 
 
 def main(args: argparse.Namespace) -> int:
     from densegate.impl.engine import Engine
-    from densegate.impl.traces.workload import dump_trace, load_trace, synthetic_trace
+    from densegate.impl.traces.workload import check_fits, dump_trace, load_trace, synthetic_trace
 
+    why = conflict(args)
+    if why is not None:
+        print(f"densegate run: {why}", file=sys.stderr)
+        return 2
     if args.dp > 1:
         from densegate.cli.dp import run_dp
 
@@ -37,21 +93,30 @@ def main(args: argparse.Namespace) -> int:
                 trace = load_trace(args.trace)
             except OSError as e:
                 raise ValueError(f"--trace {args.trace}: {e.strerror or e}") from None
+            label, workload = f"--trace {args.trace}", f"trace {args.trace}"
         else:
             n = 500 if args.gen is None else args.gen
             # With --model the limit is the checkpoint's unless given: ask the engine config.
             limit = engine_config(args, "torch").max_model_len if args.model else args.max_model_len
             trace = synthetic_trace(n, args.seed, rate=args.rate, max_model_len=limit)
+            label = "the workload"
+            workload = (
+                f"{n} generated (seed {args.seed}, {args.rate} per pass; lengths drawn within "
+                f"max_model_len {limit})"
+            )
         runner = "torch" if args.model else args.runner
         if runner == "auto":
             runner = "torch" if len(trace) <= 300 else "null"
-        engine = Engine(engine_config(args, runner))
+        config = engine_config(args, runner)
+        check_fits(trace, config, label)  # before a model loads or a prompt is built
+        engine = Engine(config)
     except (ValueError, OSError) as e:
         print(f"densegate run: {e}", file=sys.stderr)
         return 2
     if args.dump_trace:
         dump_trace(trace, args.dump_trace)
     summary = _run(engine, trace, args)
+    summary["workload"] = workload
     summary["runner_kind"] = runner
     summary["stall_passes"] = engine.config.stall_passes
     summary["finish_reasons"] = _finish_reasons(engine)
@@ -59,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         _print(summary)
-    return 0 if summary["finished"] + sum(summary["ended_otherwise"].values()) == len(trace) else 1
+    return 0 if summary["finished"] == len(trace) else 1
 
 
 def _run(engine: Any, trace: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -111,6 +176,22 @@ def _finish_reasons(engine: Any) -> dict[str, int]:
     return out
 
 
+def _unfinished(s: dict[str, Any]) -> str:
+    """``"2 rejected (needs 9 KV blocks, ...: 2)"``; ``-`` when every request finished."""
+    parts = []
+    for status, why in (("rejected", s["rejected_reasons"]), ("aborted", s["aborted_reasons"])):
+        if why:
+            n = sum(why.values())
+            parts.append(f"{n} {status} ({'; '.join(f'{k}: {v}' for k, v in why.items())})")
+    return ", ".join(parts) or "-"
+
+
+def _failures(s: dict[str, Any]) -> str:
+    if not s["failed_passes"]:
+        return "0"
+    return f"{s['failed_passes']} (first: {s['failures'][0]})"
+
+
 def _has_rich() -> bool:
     """rich draws the tables and the bar (the ``cli`` extra); without it, plain text."""
     from importlib.util import find_spec
@@ -128,7 +209,10 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
     from densegate.impl.traces.replay import S6_SCOPE
 
     rows = [
+        ("workload", s["workload"]),
         ("requests finished", f"{s['finished']} / {s['requests']}"),
+        ("not finished (why)", _unfinished(s)),
+        ("failed passes (runner errors)", _failures(s)),
         ("finish reasons (stop: EOS or stop id)", _counts(s["finish_reasons"])),
         ("passes", s["passes"]),
         ("prompt / output tokens", f"{s['prompt_tokens']} / {s['output_tokens']}"),

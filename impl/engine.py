@@ -2,7 +2,10 @@
 
 Inadmissible requests are not errors but outcomes: they end REJECTED with a
 reason that the next ``step()`` reports, so a caller can account for every
-request it submitted. Malformed arguments (wrong types) raise at once.
+request it submitted. Malformed arguments (wrong types) raise at once. A pass
+whose runner raises, or returns other than one token per sampled chunk, is
+undone and raises ``PassFailed`` (``densegate.impl.sched.failures``): its
+requests run again or end ABORTED, per ``EngineConfig.runner_retries``.
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ from typing import Any, TypeVar, cast
 from densegate.impl.gate import Decision, GatePolicy
 from densegate.impl.runners.hf_config import checkpoint_dir, model_len
 from densegate.impl.runners.tokenizer import TextCodec
+from densegate.impl.sched.admission import checked_request, rejection
 from densegate.impl.sched.batch import KVLayout, NullRunner, Runner
-from densegate.impl.sched.block_manager import blocks_for
 from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.failures import PassFailed, Strikes, checked_tokens
 from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import Request, RequestStatus, stop_set
 from densegate.impl.sched.scheduler import Scheduler
-from densegate.impl.validation import check_choice, check_optional_int, int_problem, is_int
+from densegate.impl.validation import (
+    check_bool,
+    check_choice,
+    check_device,
+    check_int,
+    check_optional_int,
+)
 
 __all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
 
@@ -48,18 +58,25 @@ class EngineConfig(SchedulerConfig):
     """A Hugging Face Llama checkpoint directory or a seeded ``ModelConfig``: selects torch."""
     num_threads: int | None = None
     """Torch intra-op threads while the torch runner runs a pass (None: torch's setting)."""
+    runner_retries: int = 0
+    """Failed passes in a row a request survives, run again; the next failure aborts it."""
+    check_weights: bool = True
+    """Refuse NaN or infinite checkpoint weights (False skips that read, for a huge one)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "max_model_len", model_len(self.model, self.max_model_len))
         if self.model is not None and self.runner == "null":
             object.__setattr__(self, "runner", "torch")
         super().__post_init__()
+        # A prompt token and an output token: no request fits below 2.
+        check_int("EngineConfig", "max_model_len", self.max_model_len, 2)
         check_choice("EngineConfig", "runner", self.runner, _RUNNERS)
         check_choice("EngineConfig", "dtype", self.dtype, _DTYPES)
-        if not isinstance(self.device, str) or not self.device:
-            raise ValueError(f"EngineConfig.device must be a device string, got {self.device!r}")
+        check_device("EngineConfig", "device", self.device)
         # num_threads is ignored by the null runner, so a config can switch runners.
         check_optional_int("EngineConfig", "num_threads", self.num_threads, 1)
+        check_int("EngineConfig", "runner_retries", self.runner_retries, 0)
+        check_bool("EngineConfig", "check_weights", self.check_weights)
 
     @property
     def layout(self) -> KVLayout:
@@ -127,6 +144,7 @@ class Engine:
         self._open: PassPlan | None = None  # from plan(), not executed yet
         self._deferred: list[Request] = []  # aborted while _open runs them
         self._held: list[RequestOutput] = []  # others' outputs seen inside generate()
+        self._strikes = Strikes(self.config.runner_retries)
         self.scheduler_seconds = 0.0
         self.runner_seconds = 0.0
 
@@ -136,43 +154,12 @@ class Engine:
         from densegate.impl.runners.torch_runner import runner_for
 
         c = self.config
-        return runner_for(c.layout, c.model, c.device, c.dtype, c.num_threads)
+        return runner_for(c.layout, c.model, c.device, c.dtype, c.num_threads, c.check_weights)
 
     # -- requests ---------------------------------------------------------------------
     def rejection(self, prompt_token_ids: Sequence[int], max_tokens: int) -> str | None:
         """Why a request could never be served, or None if it is admissible."""
-        cfg = self.config
-        n = len(prompt_token_ids)
-        if n == 0:
-            return "empty prompt"
-        if max_tokens < 1:
-            return f"max_tokens must be >= 1, got {max_tokens}"
-        if n + max_tokens > cfg.max_model_len:
-            return (
-                f"prompt ({n}) + max_tokens ({max_tokens}) = {n + max_tokens} exceeds "
-                f"max_model_len ({cfg.max_model_len})"
-            )
-        need = blocks_for(n + max_tokens, cfg.block_size)
-        if need > cfg.num_blocks:
-            return f"needs {need} KV blocks, the whole cache has {cfg.num_blocks}"
-        vocab = self.vocab_size
-        for i, t in enumerate(prompt_token_ids):
-            if t < 0 or (vocab is not None and t >= vocab):
-                bound = f"[0, {vocab})" if vocab is not None else ">= 0"
-                return f"token id {t} at position {i} is outside the vocabulary {bound}"
-        return None
-
-    @staticmethod
-    def _check_types(prompt_token_ids: object, max_tokens: object) -> list[int]:
-        if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, Sequence):
-            raise ValueError(f"prompt_token_ids must be a list of ints, got {prompt_token_ids!r}")
-        bad = next((t for t in prompt_token_ids if not is_int(t)), None)
-        if bad is not None:
-            raise ValueError(f"prompt_token_ids must hold ints, got {bad!r}")
-        why = int_problem("max_tokens", max_tokens)
-        if why is not None:
-            raise ValueError(why)
-        return list(prompt_token_ids)
+        return rejection(self.config, self.vocab_size, prompt_token_ids, max_tokens)
 
     def add_request(
         self,
@@ -188,7 +175,7 @@ class Engine:
         An automatic id is ``str(n)`` for the next arrival number ``n`` no caller's
         id took; a caller's id already in use (ended or not) raises ``ValueError``.
         """
-        prompt = self._check_types(prompt_token_ids, max_tokens)
+        prompt = checked_request(prompt_token_ids, max_tokens)
         seq = self._next_seq
         if request_id is None:
             while str(seq) in self._requests:
@@ -200,7 +187,8 @@ class Engine:
             raise ValueError(f"request_id {rid!r} is already in use; pass another, or None")
         self._next_seq = seq + 1
         req = Request(rid, seq, prompt, max_tokens, self.scheduler.pass_index, time.perf_counter())
-        req.stop_token_ids = stop_set(stop_token_ids, () if ignore_eos else self.eos_token_ids)
+        eos = () if ignore_eos else self.eos_token_ids
+        req.stop_token_ids = stop_set(stop_token_ids, eos, self.vocab_size)
         self._requests[rid] = req
         reason = self.rejection(prompt, max_tokens)
         if reason is not None:
@@ -233,6 +221,7 @@ class Engine:
             self._deferred.append(req)
         else:
             self.scheduler.abort(req)
+            self._strikes.forget(req)
             self._live -= 1
             self._unreported.append(req)
         return True
@@ -286,6 +275,9 @@ class Engine:
 
         ``plan`` must be the last ``plan()``'s, not executed yet; any other raises
         ``ValueError`` and changes nothing. Deferred aborts apply after the pass.
+
+        A failed pass is undone and raises ``PassFailed`` (``densegate.impl.sched.failures``);
+        its outputs (aborts included) are reported by the next ``step``/``execute``.
         """
         if plan is not self._open:
             raise ValueError(f"plan for pass {plan.index} is not the open plan(); plan again")
@@ -294,8 +286,18 @@ class Engine:
         self._open = None
         outputs = self._drain_unreported()
         t1 = time.perf_counter()
-        tokens = self.runner.execute(batch) if (batch.prefills or batch.decodes) else ()
+        try:
+            tokens: list[int] = []
+            if batch.prefills or batch.decodes:
+                tokens = checked_tokens(batch, self.runner.execute(batch), self.vocab_size)
+        except BaseException as e:  # Ctrl-C too: no request is left with nothing to run
+            self.runner_seconds += time.perf_counter() - t1
+            failure = self._failed(batch, e, outputs)
+            if failure is None:
+                raise
+            raise failure from e
         t2 = time.perf_counter()
+        self._strikes.succeeded(batch)
         got = self.scheduler.update(batch, tokens, t2)
         aborted = self._apply_deferred()
         for r in got:
@@ -308,6 +310,21 @@ class Engine:
         self.runner_seconds += t2 - t1
         return outputs
 
+    def _failed(
+        self, batch: Any, error: BaseException, outputs: list[RequestOutput]
+    ) -> PassFailed | None:
+        """Undo ``batch``, end what the policy and deferred aborts end, keep the outputs for
+        the next step; the ``PassFailed`` to raise (none for a ``BaseException``)."""
+        aborted, retrying = self._strikes.failed(self.scheduler, batch, error)
+        ended = aborted + [r for r in self._apply_deferred() if not any(a is r for a in aborted)]
+        self._live -= len(aborted)
+        self._held = outputs + [self._output(r, []) for r in ended] + self._held
+        if not isinstance(error, Exception):
+            return None
+        return PassFailed(
+            batch.index, error, [r.request_id for r in aborted], [r.request_id for r in retrying]
+        )
+
     def _drain_unreported(self) -> list[RequestOutput]:
         outputs = self._held + [self._output(r, []) for r in self._unreported]
         self._held = []
@@ -317,14 +334,8 @@ class Engine:
     @staticmethod
     def _output(r: Request, new: list[int]) -> RequestOutput:
         ended = r.status.ended
-        return RequestOutput(
-            r.request_id,
-            new,
-            r.status,
-            ended,
-            r.finish_reason,
-            list(r.output_token_ids) if ended else None,
-        )
+        out = list(r.output_token_ids) if ended else None
+        return RequestOutput(r.request_id, new, r.status, ended, r.finish_reason, out)
 
     def generate(
         self, prompts: Sequence[_Prompt], max_tokens: int | Sequence[int], **stops: Any
@@ -335,15 +346,15 @@ class Engine:
         Every prompt is checked first: one that could never be served raises
         ``ValueError`` naming its index before any work starts. Outputs of other
         requests that pass while it runs are kept for the next ``step``/``execute``.
+        A failed pass (``PassFailed``) is run again as ``runner_retries`` allows; a prompt
+        that ends otherwise than FINISHED raises ``RuntimeError``, chained to the failure.
         """
-        if isinstance(max_tokens, Sequence):
-            limits = list(max_tokens)
-            if len(limits) != len(prompts):
-                raise ValueError(f"max_tokens has {len(limits)} entries for {len(prompts)} prompts")
-        else:
-            limits = [max_tokens] * len(prompts)
+        each = max_tokens if isinstance(max_tokens, Sequence) else None
+        limits: list[int] = [max_tokens] * len(prompts) if each is None else list(each)  # type: ignore[list-item]
+        if len(limits) != len(prompts):
+            raise ValueError(f"max_tokens has {len(limits)} entries for {len(prompts)} prompts")
         text, ids_in = self.tokenizer.encode_all(prompts)
-        checked = [self._check_types(p, m) for p, m in zip(ids_in, limits, strict=True)]
+        checked = [checked_request(p, m) for p, m in zip(ids_in, limits, strict=True)]
         for i, (p, m) in enumerate(zip(checked, limits, strict=True)):
             reason = self.rejection(p, m)
             if reason is not None:
@@ -351,15 +362,22 @@ class Engine:
         ids = [self.add_request(p, m, **stops) for p, m in zip(checked, limits, strict=True)]
         reqs = [self._requests[i] for i in ids]
         pending = set(ids)
+        failure: PassFailed | None = None
         while pending:
-            for out in self.step():
+            try:
+                step = self.step()
+            except PassFailed as e:  # its requests run again or ended: the policy bounds it
+                failure = e
+                continue
+            for out in step:
                 if out.request_id not in pending:
                     self._held.append(out)
                 elif out.finished:
                     pending.discard(out.request_id)
         for r in reqs:
             if r.status is not RequestStatus.FINISHED:
-                raise RuntimeError(f"request {r.request_id!r} ended {r.status.name}")
+                why = f"request {r.request_id!r} ended {r.status.name}: {r.finish_reason}"
+                raise RuntimeError(why) from failure
         outs = [list(r.output_token_ids) for r in reqs]
         return cast(list[_Prompt], [self.tokenizer.decode(o) for o in outs] if text else outs)
 
@@ -373,18 +391,9 @@ class Engine:
         if r.finish_time is not None and r.first_token_time is not None and n > 1:
             tpot = (r.finish_time - r.first_token_time) / (n - 1)
         return RequestMetrics(
-            r.request_id,
-            r.status,
-            len(r.prompt_token_ids),
-            n,
-            r.arrival_pass,
-            r.first_token_pass,
-            r.finish_pass,
-            ttft_p,
-            ttft_s,
-            tpot,
-            r.num_preemptions,
-        )
+            r.request_id, r.status, len(r.prompt_token_ids), n, r.arrival_pass,
+            r.first_token_pass, r.finish_pass, ttft_p, ttft_s, tpot, r.num_preemptions,
+        )  # fmt: skip
 
     def all_metrics(self) -> list[RequestMetrics]:
         return [self.metrics(rid) for rid in self._requests]

@@ -12,15 +12,18 @@ from fractions import Fraction
 from typing import TypeGuard
 
 __all__ = [
+    "DEVICES",
     "bool_problem",
     "check_bool",
     "check_choice",
+    "check_device",
     "check_fraction",
     "check_instance",
     "check_int",
     "check_nonnegative_float",
     "check_optional_int",
     "check_positive_float",
+    "device_problem",
     "exact_fraction",
     "fit_problem",
     "index_int",
@@ -164,3 +167,24 @@ def fit_problem(label: str, prompt_len: int, output_len: int, max_model_len: int
             f"got {prompt_len} + {output_len}"
         )
     return None
+
+
+DEVICES = ("cpu", "cuda", "cuda:N")
+"""The torch devices the runners run on (``cuda:N``: the N-th GPU)."""
+
+
+def device_problem(label: str, value: object) -> str | None:
+    """Why ``value`` is not one of ``DEVICES`` (``"tpu"``, ``"cuda:x"``, ``""`` are not), or
+    None: checked where a config or flag is read, before torch sees it."""
+    if isinstance(value, str):
+        kind, sep, index = value.partition(":")
+        if value == "cpu" or (kind == "cuda" and (not sep or index.isdigit())):
+            return None
+    return f"{label} must be cpu, cuda or cuda:N, got {value!r}"
+
+
+def check_device(owner: str, field: str, value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a device ``device_problem`` accepts."""
+    why = device_problem(f"{owner}.{field}", value)
+    if why is not None:
+        raise ValueError(why)

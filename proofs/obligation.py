@@ -14,7 +14,17 @@ import z3
 from densegate.proofs.results import ObligationResult, scope_statement
 from densegate.spec.machine import Command, Machine, Vars
 
-__all__ = ["Monitor", "Mutant", "Named", "Obligation", "Prop", "Provable", "ProvesItself", "Step"]
+__all__ = [
+    "Inv",
+    "Monitor",
+    "Mutant",
+    "Named",
+    "Obligation",
+    "Prop",
+    "Provable",
+    "ProvesItself",
+    "Step",
+]
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,9 @@ class Obligation:
     bound: int | None = None
     bound_note: str | None = None
     trace_depth: int = 12
+    reach_depth: int = 4
+    """Passes from the initial state within which each trigger must be reached (the
+    non-vacuity check ``densegate.proofs.vacuity`` runs; the report states it)."""
     readable: Callable[[Vars], z3.BoolRef] | None = None
     """Extra constraints tried first when searching a trace, for small numbers."""
     scope: str | None = None

@@ -8,109 +8,45 @@ bound reported. Broken variants of the machine are refuted by bounded model
 checking from the initial state, which yields a trace a person can read.
 
 Only ``unsat`` proves anything: ``unknown`` (resource limit included) is a
-failure that says why. A proof from an unsatisfiable premise proves nothing, so
-every obligation also checks that its premise (parameters, observation,
-invariant, transition) and each of its triggers are satisfiable (else it is
-``vacuous``), and that exactly one command is enabled in every premise state.
-Limits are z3 rlimits, never wall-clock timeouts, so a run is repeatable on
-any machine.
+failure that says why. A proof from an unsatisfiable premise, or about states no
+run reaches, proves nothing, so every obligation also passes the non-vacuity
+checks of ``densegate.proofs.vacuity`` (initial state, premise, totality, exactly
+one command, each trigger reached from the initial state), else it is
+``vacuous`` (or ``failed``, where a state and observation enable no command or
+several). The queries
+themselves are ``densegate.proofs.queries``'s.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import z3
 
-from densegate.proofs.obligation import Monitor, Mutant, Obligation, Step
+from densegate.proofs.obligation import Inv, Monitor, Mutant, Obligation
+from densegate.proofs.queries import Unroller, solver, valid
 from densegate.proofs.results import CheckResult, MutantResult, ObligationResult, Trace
 from densegate.proofs.trace_rows import model_trace
+from densegate.proofs.vacuity import sanity_checks, sanity_status
 from densegate.spec.machine import Frame, Machine, Vars
 
-__all__ = ["RLIMIT", "find_trace", "prove", "refute"]
-
-RLIMIT = 150_000_000
-"""z3 resource budget per query; exceeding it is reported as ``unknown``."""
+__all__ = ["find_trace", "prove", "refute"]
 
 
-# -- building blocks ------------------------------------------------------------------
+# -- induction ------------------------------------------------------------------------
 
-
-class _Unroller:
-    """Fresh frames of one machine plus the obligation's monitors."""
-
-    def __init__(self, machine: Machine, monitors: Sequence[Monitor]) -> None:
-        self.machine = machine
-        self.monitors = monitors
-
-    def state(self, tag: str) -> Vars:
-        s = self.machine.state(tag)
-        s.update({m.name: m.sort(f"{m.name}@{tag}") for m in self.monitors})
-        return s
-
-    def frame(self, tag: str) -> Frame:
-        f = self.machine.frame(tag)
-        f.state.update({m.name: m.sort(f"{m.name}@{tag}") for m in self.monitors})
-        return f
-
-    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
-        mons = [s[m.name] == m.init(p) for m in self.monitors]
-        return z3.And(self.machine.init(p, s), *mons)
-
-    def step(self, p: Vars, f: Frame, nxt: Vars) -> tuple[Step, z3.BoolRef]:
-        """The step object and the constraint that it is a real transition."""
-        cmds = self.machine.commands(p, f.state, f.obs)
-        st = Step(p, f.state, f.obs, f.out, nxt, cmds, self.machine)
-        mons = [nxt[m.name] == m.update(st) for m in self.monitors]
-        return st, z3.And(self.machine.relation(p, f, nxt), *mons)
-
-
-def _solver(tuning: Mapping[str, Any] | None = None) -> z3.Solver:
-    # Eliminating the transition relation's many equalities first makes the
-    # scheduler's queries several times cheaper; the gate's are unaffected.
-    s = z3.Then("simplify", "propagate-values", "solve-eqs", "smt").solver()
-    s.set("rlimit", RLIMIT)
-    for k, v in (tuning or {}).items():
-        s.set(k, v)
-    return s
-
-
-def _solve(
-    constraints: Sequence[z3.BoolRef], tuning: Mapping[str, Any] | None = None
-) -> tuple[z3.CheckSatResult, float, str]:
-    """One solver run: its answer, its seconds and, on ``unknown``, z3's reason."""
-    t0 = time.perf_counter()
-    s = _solver(tuning)
-    s.add(*constraints)
-    r = s.check()
-    return r, time.perf_counter() - t0, s.reason_unknown() if r == z3.unknown else ""
-
-
-def _check(
-    name: str,
-    premise: Sequence[z3.BoolRef],
-    goal: z3.BoolRef,
-    tuning: Mapping[str, Any] | None = None,
-) -> CheckResult:
-    """Validity of premise => goal, as unsatisfiability of its negation."""
-    r, dt, why = _solve([*premise, z3.Not(goal)], tuning)
-    if r == z3.unsat:
-        return CheckResult(name, "unsat", dt)
-    if r == z3.sat:
-        return CheckResult(name, "sat", dt, "counterexample to induction found")
-    return CheckResult(name, "unknown", dt, why)
-
-
-_CONSECUTION: dict[tuple[int, int, tuple[int, ...]], Machine] = {}
-"""Invariants proved inductive, by (machine, invariant, monitors): obligations
-sharing an invariant prove it once per run. Only ``unsat`` is remembered, so an
-``unknown`` (say, under a smaller rlimit) is always asked again."""
+_CONSECUTION: set[tuple[Machine, Inv, tuple[Monitor, ...]]] = set()
+"""Invariants proved inductive, by (machine, invariant, monitors): obligations sharing an
+invariant prove it once per run. The objects themselves are the key (never their
+``id()``: a freed invariant's id is handed to the next object, which would inherit the
+proof). Only ``unsat`` is remembered, so an ``unknown`` (say, under a smaller rlimit)
+is always asked again. A machine means what it meant when it was proved: a test that
+patches a spec function builds a new machine object."""
 
 
 def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
-    u = _Unroller(machine, ob.monitors)
+    u = Unroller(machine, ob.monitors)
     p = machine.params()
     f = u.frame("0")
     nxt = u.state("1")
@@ -118,15 +54,15 @@ def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs)]
     inv_s = ob.invariant(p, f.state)
     tune = ob.solver_options
-    key = (id(machine), id(ob.invariant), tuple(id(m) for m in ob.monitors))
-    if _CONSECUTION.get(key) is machine:
+    key = (machine, ob.invariant, tuple(ob.monitors))
+    if key in _CONSECUTION:
         consecution = CheckResult("consecution", "unsat", 0.0, "proved earlier in this run")
     else:
-        consecution = _check("consecution", [*base, inv_s, trans], ob.invariant(p, nxt), tune)
+        consecution = valid("consecution", [*base, inv_s, trans], ob.invariant(p, nxt), tune)
         if consecution.status == "unsat":
-            _CONSECUTION[key] = machine
+            _CONSECUTION.add(key)
     checks = [
-        _check("initiation", [machine.param_ok(p), u.init(p, f.state)], inv_s, tune),
+        valid("initiation", [machine.param_ok(p), u.init(p, f.state)], inv_s, tune),
         consecution,
     ]
     premise = [*base, inv_s, trans] if ob.needs_step else [*base, inv_s]
@@ -134,91 +70,11 @@ def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
         # Sound once consecution is proved, and it spares re-deriving the
         # invariant's facts about the next state.
         premise.append(ob.invariant(p, nxt))
-    checks.append(_check("property", premise, ob.prop(st), tune))
+    checks.append(valid("property", premise, ob.prop(st), tune))
     return checks
 
 
-# -- non-vacuity and totality -----------------------------------------------------------
-
-
-def _antecedents(term: z3.BoolRef) -> list[z3.BoolRef]:
-    """The conditions of a property's top-level implications (through conjunctions)."""
-    if z3.is_and(term):
-        return [a for kid in term.children() for a in _antecedents(kid)]
-    if z3.is_app_of(term, z3.Z3_OP_IMPLIES):
-        return [term.arg(0)]
-    return []
-
-
-def _satisfiable(
-    name: str, constraints: Sequence[z3.BoolRef], tuning: Mapping[str, Any] | None = None
-) -> CheckResult:
-    """A check that passes on ``sat``: the constraints have a model."""
-    r, dt, why = _solve(constraints, tuning)
-    if r == z3.sat:
-        return CheckResult(name, "sat", dt)
-    if r == z3.unsat:
-        return CheckResult(name, "unsat", dt, "unsatisfiable: everything would follow vacuously")
-    return CheckResult(name, "unknown", dt, why)
-
-
-_SANITY: dict[tuple[Any, ...], tuple[Machine, CheckResult]] = {}
-"""Premise and totality results shared by obligations with the same machine and invariant."""
-
-
-def _cached(key: tuple[Any, ...], machine: Machine, run: Callable[[], CheckResult]) -> CheckResult:
-    hit = _SANITY.get(key)
-    if hit is not None and hit[0] is machine and hit[1].status != "unknown":
-        return CheckResult(hit[1].name, hit[1].status, 0.0, hit[1].reason or "shared")
-    r = run()
-    _SANITY[key] = (machine, r)
-    return r
-
-
-def _describe(t: z3.BoolRef, width: int = 200) -> str:
-    """A trigger as text: z3's own printing when short (it is slow on big terms)."""
-    raw = t.sexpr()
-    text = " ".join((str(t) if len(raw) <= 2 * width else raw).split())
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
-def _sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
-    """Premise satisfiable, each trigger reachable in it, exactly one command enabled."""
-    u = _Unroller(machine, ob.monitors)
-    p = machine.params()
-    f = u.frame("0")
-    nxt = u.state("1")
-    st, trans = u.step(p, f, nxt)
-    base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs), ob.invariant(p, f.state)]
-    premise = [*base, trans] if ob.needs_step else base
-    mons = tuple(id(m) for m in ob.monitors)
-    key: tuple[Any, ...] = ("premise", id(machine), id(ob.invariant), mons, ob.needs_step)
-    tune = ob.solver_options
-    checks = [_cached(key, machine, lambda: _satisfiable("premise", premise, tune))]
-    triggers = (
-        [t(st) for t in ob.triggers] if ob.triggers is not None else _antecedents(ob.prop(st))
-    )
-    for i, t in enumerate(triggers):
-        r = _satisfiable(f"trigger {i + 1}", [*premise, t], tune)
-        names = ob.trigger_names
-        cond = names[i] if names is not None and i < len(names) else _describe(t)
-        r.reason = f"{cond}; {r.reason}" if r.reason else cond
-        checks.append(r)
-    one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1
-    key = ("total", id(machine), id(ob.invariant), mons)
-    checks.append(_cached(key, machine, lambda: _check("exactly one command", base, one, tune)))
-    return checks
-
-
-def _sanity_status(checks: Sequence[CheckResult]) -> str:
-    """``vacuous`` when a premise or trigger is unsatisfiable; totality fails on ``sat``."""
-    for c in checks:
-        if c.name == "exactly one command":
-            if c.status == "sat":
-                return "failed"
-        elif c.status == "unsat":
-            return "vacuous"
-    return "unknown" if any(c.status == "unknown" for c in checks) else "proved"
+# -- bounded model checking -------------------------------------------------------------
 
 
 def find_trace(ob: Obligation, machine: Machine, depth: int) -> tuple[str, Trace | None, str]:
@@ -242,9 +98,9 @@ def _bmc(
     depth: int,
     extra: Callable[[Vars], z3.BoolRef] | None,
 ) -> tuple[str, Trace | None, str]:
-    u = _Unroller(machine, ob.monitors)
+    u = Unroller(machine, ob.monitors)
     p = machine.params()
-    s = _solver(ob.solver_options)
+    s = solver(ob.solver_options)
     s.add(machine.param_ok(p))
     if extra is not None:
         s.add(extra(p))
@@ -318,7 +174,7 @@ def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:
     if ob.bound is None:
         checks = _induction_checks(ob, ob.machine)
         checks += [
-            _check(f"lemma {i + 1}", [], lem(), ob.solver_options)
+            valid(f"lemma {i + 1}", [], lem(), ob.solver_options, "the lemma is false")
             for i, lem in enumerate(ob.lemmas)
         ]
         status = _status(checks)
@@ -330,8 +186,8 @@ def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:
         status = _status(checks)
     if status == "failed" and trace is None:
         _, trace, _ = find_trace(ob, ob.machine, ob.trace_depth)
-    sanity = _sanity_checks(ob, ob.machine)
-    verdict = _sanity_status(sanity)
+    sanity = sanity_checks(ob, ob.machine)
+    verdict = sanity_status(sanity)
     if status == "proved" and verdict != "proved":
         status = verdict
     seconds = time.perf_counter() - t0
@@ -349,4 +205,5 @@ def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:
         mutants=refuted,
         trace=trace,
         sanity=sanity,
+        reach_depth=ob.reach_depth,
     )

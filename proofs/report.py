@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from densegate.proofs.results import MutantResult, ObligationResult, Trace
+from densegate.proofs.vacuity import ONE_COMMAND, TOTALITY, sanity_passed
 
 __all__ = ["print_report", "render_trace", "to_json"]
 
@@ -35,37 +36,67 @@ def _mutant_json(m: MutantResult) -> dict[str, Any]:
 
 
 def _sanity_json(r: ObligationResult) -> dict[str, Any]:
-    """Non-vacuity and totality as JSON: None where the check was not run."""
+    """Non-vacuity as JSON (``densegate.proofs.vacuity``): None where the check was not run
+    (a code obligation has its precondition and configuration coverage instead)."""
     by = {c.name: c for c in r.sanity}
+
+    def passed(name: str) -> bool | None:
+        c = by.get(name)
+        return None if c is None else sanity_passed(c)
+
     triggers = [c for c in r.sanity if c.name.startswith("trigger")]
-    total = by.get("exactly one command")
-    premise = by.get("premise")
     return {
-        "premise_satisfiable": None if premise is None else premise.status == "sat",
+        "initial_state_satisfiable": passed("initial state"),
+        "premise_satisfiable": passed("premise"),
+        "total": passed(TOTALITY),
+        "exactly_one_command": passed(ONE_COMMAND),
+        "reach_depth": r.reach_depth,
         "triggers": [
-            {"condition": c.reason, "reachable": c.status == "sat", "status": c.status}
+            {
+                "condition": c.condition,
+                "reachable": c.status == "sat",
+                "at_pass": c.at_pass,
+                "within": r.reach_depth,
+                "status": c.status,
+            }
             for c in triggers
         ],
-        "exactly_one_command": None if total is None else total.status == "unsat",
         "sanity_checks": [
             {"name": c.name, "status": c.status, "reason": c.reason} for c in r.sanity
+        ],
+        "precondition_satisfiable": r.precondition_satisfiable,
+        "coverage": [
+            {"check": c.check, "class": c.name, "satisfiable": c.satisfiable, "reached": c.reached}
+            for c in r.coverage
         ],
     }
 
 
 def _sanity_cell(r: ObligationResult) -> str:
-    """One table cell: premise sat, triggers reachable, exactly one command."""
+    """One table cell: a model obligation's initial state, totality, exactly one command and
+    triggers reached; a code obligation's precondition and configuration classes."""
     s = _sanity_json(r)
+    if r.about == "code":
+        if s["precondition_satisfiable"] is None:
+            return "-"
+        cov = s["coverage"]
+        hit = sum(c["satisfiable"] and c["reached"] for c in cov)
+        pre = "precondition sat" if s["precondition_satisfiable"] else "[red]precondition UNSAT[/]"
+        classes = f"{hit}/{len(cov)} classes reached"
+        return f"{pre}, {classes if hit == len(cov) else f'[red]{classes}[/]'}"
     if s["premise_satisfiable"] is None:
         return "-"
     trig = s["triggers"]
     parts = [
-        "premise sat" if s["premise_satisfiable"] else "[red]premise UNSAT[/]",
-        f"{sum(t['reachable'] for t in trig)}/{len(trig)} triggers" if trig else "unconditional",
+        "init sat" if s["initial_state_satisfiable"] else "[red]init UNSAT[/]",
+        "total" if s["total"] else "[red]NOT total[/]",
         "1 cmd" if s["exactly_one_command"] else "[red]not 1 cmd[/]",
+        f"{sum(t['reachable'] for t in trig)}/{len(trig)} triggers reached"
+        if trig
+        else "unconditional",
     ]
     if trig and not all(t["reachable"] for t in trig):
-        parts[1] = f"[red]{parts[1]}[/]"
+        parts[3] = f"[red]{parts[3]}[/]"
     return ", ".join(parts)
 
 
@@ -167,9 +198,12 @@ def print_report(
             if c.status != "unsat":
                 console.print(f"[red]{r.id} {c.name}: {c.status}[/] {c.reason}")
         for c in r.sanity:
-            bad = c.status != ("unsat" if c.name == "exactly one command" else "sat")
-            if bad:
+            if not sanity_passed(c):
                 console.print(f"[red]{r.id} {c.name}: {c.status}[/] {c.reason}")
+        for cov in r.coverage:
+            if not cov.ok:
+                where = f"{r.id} {cov.check}: configuration class {cov.name}"
+                console.print(f"[red]{where}[/] {cov.why}")
         if r.trace is not None:
             console.print(f"[red]{r.id} counterexample[/]: {r.statement}")
             _print_wide(console, render_trace(r.trace))

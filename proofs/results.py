@@ -8,7 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CheckResult", "MutantResult", "ObligationResult", "Trace", "scope_statement"]
+__all__ = [
+    "CheckResult",
+    "Coverage",
+    "MutantResult",
+    "ObligationResult",
+    "Trace",
+    "scope_statement",
+]
 
 
 def scope_statement(about: str, bound: str | None, scope: str | None) -> str:
@@ -29,6 +36,35 @@ class CheckResult:
     status: str  # unsat | sat | unknown
     seconds: float
     reason: str = ""
+    condition: str = ""
+    """A trigger check's condition, as the report names it."""
+    at_pass: int | None = None
+    """A trigger check's: the pass of the run from the initial state that reached it."""
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One configuration class a code obligation names (say, chunked prefill off) against
+    one of its checks: whether the check's precondition admits it (z3, on the
+    precondition's own formula) and whether an explored path that passed every check
+    admits it. A class either misses fails the obligation."""
+
+    check: str
+    name: str
+    satisfiable: bool
+    reached: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.satisfiable and self.reached
+
+    @property
+    def why(self) -> str:
+        if not self.satisfiable:
+            return "the precondition admits no input of this class"
+        if not self.reached:
+            return "no explored path that passed the check admits an input of this class"
+        return ""
 
 
 @dataclass
@@ -70,6 +106,13 @@ class ObligationResult:
     exactly one command enabled in every premise state (``unsat`` of its negation)."""
     about: str = "model"
     """What was proved: ``model`` (the Z3 spec) or ``code`` (the shipped Python)."""
+    reach_depth: int | None = None
+    """A model obligation's: passes from the initial state its triggers must be reached in."""
+    precondition_satisfiable: bool | None = None
+    """A code obligation's: every check's precondition has a model and some explored path
+    got past it (None for a model obligation)."""
+    coverage: list[Coverage] = field(default_factory=list)
+    """A code obligation's configuration classes, per check (``Coverage``)."""
 
     @property
     def scope_statement(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
@@ -31,12 +32,12 @@ def coordinated(run: GroupRun) -> dict[int, RankReport]:
     return {r: reps[0] for r, reps in run.reports.items()}
 
 
-def summary(run: GroupRun, world: int, n: int) -> dict[str, object]:
+def summary(run: GroupRun, world: int, n: int) -> dict[str, Any]:
     dicts = {r: [x.as_dict() for x in v] for r, v in run.reports.items()}
     return merge_reports(world, dicts, n, 0.0)
 
 
-def check_survivors(run: GroupRun, world: int, n: int, dead: list[int]) -> dict[str, object]:
+def check_survivors(run: GroupRun, world: int, n: int, dead: list[int]) -> dict[str, Any]:
     """Every request ended exactly once; survivors agree, hold nothing, leak no KV block."""
     reps = coordinated(run)
     assert sorted(reps) == sorted(set(range(world)) - set(dead))

@@ -24,6 +24,7 @@ from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.traces.replay import run_trace
 from densegate.impl.traces.workload import synthetic_trace
 from densegate.lab.dp.inject import CRASH_EXIT_CODE, Fault, FaultHooks
+from densegate.lab.dp.phases import bench_phases
 from tests.support.dp_small import ENGINE, small_trace
 
 pytestmark = pytest.mark.skipif(
@@ -126,10 +127,51 @@ def test_a_killed_rank_s_requests_finish_on_the_survivors() -> None:
     # what the caller was streamed: every output position of every request exactly once
     view = StreamView()
     for r in (1, 0, 2):
-        view.add(r, result.streams[r])
+        view.add(r, result.streams["coordinated"][r])
     assert {rid: len(t) for rid, t in view.tokens.items()} == {
         str(i): req.output_len for i, req in enumerate(sorted(trace, key=lambda q: q.arrival_pass))
     }
+
+
+def test_a_rank_killed_in_a_baseline_phase_loses_nothing_of_any_phase() -> None:
+    """Issue 26's reproducer, as the CLI runs it (baselines on): rank 1 dies at tick 5 of
+    the gate-off baseline. It reported the coordinated phase as that phase ended; the
+    survivors take over its gate-off requests from that phase's stream alone."""
+    n = 30
+    trace = small_trace(n, seed=9, rate=1.0)
+    config = DPConfig(ENGINE, timeout_s=5.0, phases=bench_phases(ENGINE))
+    result = launch(trace, config, 3, hooks=FaultHooks((Fault(1, 5, phase=1),)))
+    assert result.exitcodes == [0, CRASH_EXIT_CODE, 0]
+    assert [len(result.reports[r]) for r in range(3)] == [2, 1, 2]
+    s = result.summary()
+    assert s["unaccounted"] == [] and s["duplicated"] == [] and s["lost"] == 0
+    assert [a["finished"] for a in s["accounting"].values()] == [n, n]
+    f = s["failure"]
+    assert f["phase"] == "uncoordinated_gate_off" and f["dead_ranks"] == [1]
+    assert f["readmitted"] == f["readmitted_finished"] > 0
+    view = StreamView()  # the caller's view of the gate-off phase
+    for r in (1, 0, 2):
+        view.add(r, result.streams["uncoordinated_gate_off"][r])
+    ordered = sorted(trace, key=lambda q: q.arrival_pass)
+    assert {rid: len(t) for rid, t in view.tokens.items()} == {
+        str(i): req.output_len for i, req in enumerate(ordered)
+    }
+
+
+def test_a_hang_before_a_later_phase_s_first_collective_takes_the_timeout() -> None:
+    """Not the startup timeout (300 s here): the first collective of phase 1 counts the
+    timeout from when every rank had built that phase's engine."""
+    n, timeout = 12, 1.5
+    trace = small_trace(n, seed=2, rate=1.0)
+    config = DPConfig(ENGINE, timeout_s=timeout, phases=bench_phases(ENGINE))
+    result = launch(trace, config, 2, hooks=FaultHooks((Fault(0, 0, "hang", phase=1),)))
+    assert result.exitcodes[0] != 0 and result.exitcodes[1] == 0
+    f = result.reports[1][1].faults[0]
+    assert f["dead_ranks"] == [0] and f["tick"] == 0
+    assert f"within {timeout}s after every rank had built phase 1's engine" in f["error"], f
+    s = result.summary()
+    assert s["unaccounted"] == [] and s["duplicated"] == [] and s["lost"] == 0
+    assert s["failure"]["phase"] == "uncoordinated_gate_off"
 
 
 def _free_port() -> int:

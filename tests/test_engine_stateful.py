@@ -3,9 +3,12 @@
 Hypothesis interleaves ``add_request`` (automatic ids and callers' ids, some
 colliding, some inadmissible), ``abort`` at any point (also between ``plan()``
 and ``execute()``), ``plan``/``decide``/``execute`` with the gate's or an
-imposed decision, stale ``execute`` calls, ``step`` and ``generate``. Every
-output is counted: a request must be reported ended exactly once, and, at the
-end, every request must have been.
+imposed decision, stale ``execute`` calls, ``step`` and ``generate``, while the
+runner fails at random (it raises, or returns too few, too many or
+out-of-vocabulary tokens) under a drawn ``runner_retries``. Every output is
+counted: a request must be reported ended exactly once, and, at the end,
+every request must have been; no running request is ever left with nothing
+to run. The twin at the bottom breaks the failure handling and sees it caught.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from collections import Counter
 from typing import ClassVar
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -25,9 +28,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from densegate.impl import Engine, EngineConfig, RequestOutput, RequestStatus
+from densegate.impl import Engine, EngineConfig, NullRunner, RequestOutput, RequestStatus
 from densegate.impl.gate import Decision, Reason
+from densegate.impl.sched.batch import ScheduledBatch
+from densegate.impl.sched.failures import PassFailed
 from densegate.impl.sched.plan import PassPlan
+from densegate.impl.sched.scheduler import Scheduler
 
 CALLER_IDS = ["0", "1", "2", "5", "x", "y"]
 """Callers' ids: digits that automatic ids would take, and others."""
@@ -52,6 +58,7 @@ def configs(draw: st.DrawFn) -> EngineConfig:
         max_hold_passes=draw(st.integers(1, 4)),
         gate_enabled=draw(st.booleans()),
         pass_log_size=4,
+        runner_retries=draw(st.integers(0, 2)),
     )
 
 
@@ -61,7 +68,40 @@ LIMITS = st.integers(1, 4) | st.integers(-1, 8)
 DECISIONS = st.sampled_from(["gate", "gate", "fire", "hold"])
 
 
-PATHS = ("collision", "deferred abort", "abort at once", "stale execute", "generate", "rejected")
+PATHS = (
+    "collision",
+    "deferred abort",
+    "abort at once",
+    "stale execute",
+    "generate",
+    "rejected",
+    "failure aborted",
+    "failure retried",
+)
+FAULTS = ("raise", "too few", "too many", "out of vocabulary")
+VOCAB = 8
+
+
+class FlakyRunner(NullRunner):
+    """Fails the way ``fail_next`` says, one failure per call, then runs as ``NullRunner``."""
+
+    def __init__(self) -> None:
+        super().__init__(token=1)
+        self.config = type("Vocab", (), {"vocab_size": VOCAB})()
+        self.fail_next: list[str] = []
+
+    def execute(self, batch: ScheduledBatch) -> list[int]:
+        tokens = list(super().execute(batch))
+        fault = self.fail_next.pop(0) if self.fail_next else None
+        if fault == "raise":
+            raise RuntimeError("out of memory")
+        if fault == "too few":
+            return tokens[:-1]
+        if fault == "too many":
+            return [*tokens, 1]
+        if fault == "out of vocabulary":
+            return [VOCAB] * len(tokens)
+        return tokens
 
 
 class EngineCalls(RuleBasedStateMachine):
@@ -72,7 +112,8 @@ class EngineCalls(RuleBasedStateMachine):
 
     @initialize(cfg=configs())
     def setup(self, cfg: EngineConfig) -> None:
-        self.eng = Engine(cfg)
+        self.runner = FlakyRunner()
+        self.eng = Engine(cfg, runner=self.runner)
         self.ids: list[str] = []
         self.ended: Counter[str] = Counter()
         self.plan: PassPlan | None = None
@@ -147,6 +188,21 @@ class EngineCalls(RuleBasedStateMachine):
             self.eng.abort("nope")
 
     # -- passes ----------------------------------------------------------------------
+    @rule(faults=st.lists(st.sampled_from(FAULTS), min_size=1, max_size=4))
+    def fail_soon(self, faults: list[str]) -> None:
+        """The runner's next calls fail (up to 4 in a row: past any drawn ``runner_retries``)."""
+        self.runner.fail_next += faults
+
+    def _failed(self, e: PassFailed) -> None:
+        assert isinstance(e.__cause__, Exception), "the runner's error must be the cause"
+        for rid in e.retrying:
+            assert self.eng.request(rid).status is RequestStatus.RUNNING
+        for rid in e.aborted:
+            req = self.eng.request(rid)
+            assert req.status is RequestStatus.ABORTED and "runner failed" in str(req.finish_reason)
+        self.reached["failure aborted"] += bool(e.aborted)
+        self.reached["failure retried"] += bool(e.retrying)
+
     def _count(self, outs: list[RequestOutput]) -> None:
         for o in outs:
             assert o.request_id in self.ids, f"output for an id never added: {o.request_id!r}"
@@ -174,7 +230,10 @@ class EngineCalls(RuleBasedStateMachine):
             "fire": Decision(True, Reason.DENSE),
             "hold": Decision(False, Reason.HOLD),
         }.get(how) or self.eng.scheduler.decide(plan)
-        self._count(self.eng.execute(plan, decision))
+        try:
+            self._count(self.eng.execute(plan, decision))
+        except PassFailed as e:
+            self._failed(e)
         self.plan, self.stale = None, plan
         self._closed()
 
@@ -189,7 +248,10 @@ class EngineCalls(RuleBasedStateMachine):
 
     @rule()
     def step(self) -> None:
-        self._count(self.eng.step())
+        try:
+            self._count(self.eng.step())
+        except PassFailed as e:
+            self._failed(e)
         self.plan = None
         self._closed()
 
@@ -201,15 +263,21 @@ class EngineCalls(RuleBasedStateMachine):
                 self.eng.generate(prompts, most)
             assert {m.request_id for m in self.eng.all_metrics()} == before
             return
-        out = self.eng.generate(prompts, most)
+        try:
+            out: list[list[int]] | None = self.eng.generate(prompts, most)
+        except RuntimeError as e:  # a failed pass aborted one of its prompts
+            assert isinstance(e.__cause__, PassFailed) and "ended ABORTED" in str(e)
+            out = None
         if prompts:  # it stepped: an open plan was dropped, its deferred aborts ended
             self.plan = None
             self._closed()
-        assert [len(o) for o in out] == [most] * len(prompts)
         new = [m for m in self.eng.all_metrics() if m.request_id not in before]
-        assert len(new) == len(prompts) and all(m.status is RequestStatus.FINISHED for m in new)
-        self.reached["generate"] += 1
-        for m in new:  # generate's own requests end inside it: it returned their tokens
+        assert len(new) == len(prompts) and all(m.status.ended for m in new)
+        if out is not None:
+            assert [len(o) for o in out] == [most] * len(prompts)
+            assert all(m.status is RequestStatus.FINISHED for m in new)
+            self.reached["generate"] += 1
+        for m in new:  # generate's own requests end inside it: it consumed their outputs
             self._added(m.request_id)
             self.ended[m.request_id] += 1
 
@@ -224,10 +292,13 @@ class EngineCalls(RuleBasedStateMachine):
         live = {rid for rid in self.ids if not self.eng.request(rid).status.ended}
         assert queued == live, f"live {sorted(live)} but queued {sorted(queued)}"
         assert all(self.ended[rid] == 0 or rid not in live for rid in self.ids)
+        stuck = [r for r in sched.running if r.num_computed >= r.num_tokens]
+        assert not stuck, f"running with nothing to run: {stuck}"
 
     def teardown(self) -> None:
         if not hasattr(self, "eng"):
             return
+        self.runner.fail_next.clear()
         for _ in range(10_000):
             if not self.eng.has_unfinished():
                 break
@@ -243,3 +314,17 @@ def test_every_request_ends_exactly_once_whatever_the_caller_does() -> None:
     print(f"engine calls reached: {dict(sorted(EngineCalls.reached.items()))}")
     # Not vacuous: the paths the two bugs were on are taken.
     assert set(EngineCalls.reached) == set(PATHS), EngineCalls.reached
+
+
+def test_the_check_catches_a_failed_pass_left_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The twin: with ``Scheduler.undo`` a no-op (the hang of issue 26), the machine fails."""
+    monkeypatch.setattr(Scheduler, "undo", lambda self, batch: None)
+    quick = settings(
+        stateful_step_count=40,
+        max_examples=200,
+        derandomize=True,
+        phases=[p for p in settings().phases if p.name != "shrink"],
+        suppress_health_check=list(HealthCheck),
+    )
+    with pytest.raises(AssertionError):
+        run_state_machine_as_test(EngineCalls, settings=quick)

@@ -17,6 +17,7 @@ from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import Request, RequestStatus
 from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement import scheduler as r3
+from densegate.proofs.refinement.counted import Counted
 from densegate.proofs.refinement.obligations import SCHEDULER_REFINEMENT_OBLIGATIONS
 from densegate.proofs.refinement.scheduler_replay import spec_plan
 from densegate.proofs.refinement.symbolic import explore
@@ -142,9 +143,9 @@ def test_every_mutant_refuted_by_a_state_that_really_disagrees(result: dict[str,
 
 def test_lists_read_beyond_their_length_fail_the_check() -> None:
     with pytest.raises(TypeError):
-        _ = r3.Counted(3)[0]  # type: ignore[index]
+        _ = Counted(3)[0]  # type: ignore[index]
     with pytest.raises(TypeError):
-        iter(r3.Counted(3))  # type: ignore[call-overload]
+        iter(Counted(3))  # type: ignore[call-overload]
 
     class ReadsTokens(Scheduler):
         def plan(self) -> PassPlan:

@@ -145,7 +145,10 @@ class TorchCollective:
         self.store.set(READY_KEY.format(index, self.rank), b"1")
 
     def leave(self, calls: int, total: Sequence[int] | None) -> None:
-        self.store.set(LEFT_KEY.format(self.rank), json.dumps([calls, list(total or [])]))
+        try:
+            self.store.set(LEFT_KEY.format(self.rank), json.dumps([calls, list(total or [])]))
+        except Exception:  # the store died with rank 0: nobody is left to adopt from us
+            return
 
     def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
         import torch

@@ -140,10 +140,10 @@ def check_trace(trace: Sequence[TraceRequest], config: DPConfig, label: str = "t
         check_instance(label, f"[{i}]", req, TraceRequest)
         fields = (("arrival_pass", 0), ("prompt_len", 1), ("output_len", 1))
         for name, low in fields:
-            why = int_problem(f"{label} entry {i}: {name}", getattr(req, name), low)
+            why = int_problem(f"{label}: entry {i}: {name}", getattr(req, name), low)
             if why is not None:
                 raise ValueError(why)
-        why = fit_problem(f"{label} entry {i}", req.prompt_len, req.output_len, limit)
+        why = fit_problem(f"{label}: entry {i}", req.prompt_len, req.output_len, limit)
         if why is not None:
             raise ValueError(why)
 

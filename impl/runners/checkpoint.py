@@ -3,10 +3,13 @@
 No random draw happens first and nothing is staged: each fused weight is
 allocated once on the target device in the target dtype, and every stored
 tensor is copied (converted on the way) into its slice of it. Tied embeddings
-share one tensor. Every tensor name and shape is checked before any is read, so
-a missing, unexpected or misshapen tensor is an error naming it, not a silently
-wrong model. ``rotary_emb.inv_freq`` (stale buffers some exports carry) is
-ignored: the frequencies are recomputed from ``config.json``.
+share one tensor. Every file's header and every tensor name and shape is
+checked before any is read (``safetensors_header``), so a truncated or garbled
+file and a missing, unexpected or misshapen tensor are errors naming the file
+and the tensor, not a silently wrong model; so is a tensor holding NaN or
+infinity (unless ``check_finite=False``: that check reads each weight once
+more). ``rotary_emb.inv_freq`` (stale buffers some exports carry) is ignored:
+the frequencies are recomputed from ``config.json``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from torch import Tensor
 from densegate.impl.runners.hf_config import CheckpointError, read_config
 from densegate.impl.runners.model import DecoderModel
 from densegate.impl.runners.model_config import ModelConfig
+from densegate.impl.runners.safetensors_header import TensorEntry, read_header
 from densegate.impl.runners.weights import LayerWeights, ModelWeights
 
 __all__ = ["PROGRESS_BYTES", "load_model", "tensor_targets"]
@@ -66,22 +70,36 @@ def tensor_targets(config: ModelConfig) -> dict[str, tuple[_Target, tuple[int, .
     return out
 
 
-def _shard_map(root: Path) -> dict[str, Path]:
-    """Tensor name -> the safetensors file holding it."""
+_Stored = dict[str, tuple[Path, TensorEntry]]
+"""Tensor name -> (the safetensors file holding it, its header entry)."""
+
+
+def _stored(root: Path) -> _Stored:
+    """Every stored tensor, each file's header checked (``read_header``)."""
     single = root / "model.safetensors"
     index = root / "model.safetensors.index.json"
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            shards = {str(name): root / file for name, file in weight_map.items()}
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(f"{index}: no valid weight_map ({e!r})") from None
-        shards = {name: root / file for name, file in weight_map.items()}
-        for shard in set(shards.values()):
+        except OSError as e:
+            raise CheckpointError(f"{index}: cannot be read ({e.strerror or e})") from None
+        headers: dict[Path, dict[str, TensorEntry]] = {}
+        for shard in sorted(set(shards.values())):
             if not shard.is_file():
                 raise CheckpointError(f"{index} names shard {shard.name}, which is missing")
-        return shards
+            headers[shard] = read_header(shard)
+        out: _Stored = {}
+        for name, shard in shards.items():
+            entry = headers[shard].get(name)
+            if entry is None:
+                raise CheckpointError(f"{index} puts tensor {name} in {shard}, which lacks it")
+            out[name] = (shard, entry)
+        return out
     if single.is_file():
-        return {name: single for name in _open_keys(single)}
+        return {name: (single, e) for name, e in read_header(single).items()}
     raise CheckpointError(
         f"{root}: no model.safetensors or model.safetensors.index.json "
         "(only safetensors checkpoints are read)"
@@ -98,12 +116,7 @@ def _safe_open() -> Any:
     return safe_open
 
 
-def _open_keys(path: Path) -> list[str]:
-    with _safe_open()(str(path), framework="pt") as f:
-        return list(f.keys())
-
-
-def _check_names(stored: dict[str, Path], want: dict[str, Any], tied: bool) -> list[str]:
+def _check_names(stored: _Stored, want: dict[str, Any], tied: bool) -> list[str]:
     """The stored names to load; raise naming missing or unexpected tensors."""
     ignored = {n for n in stored if n.endswith(_IGNORED_SUFFIX)}
     if tied:
@@ -182,50 +195,72 @@ def load_model(
     device: torch.device | str = "cpu",
     dtype: torch.dtype | None = None,
     progress: bool | None = None,
+    check_finite: bool = True,
 ) -> DecoderModel:
     """The checkpoint at ``path`` as a ``DecoderModel`` on ``device``.
 
     ``dtype=None`` keeps the checkpoint's own (``config.json``'s ``dtype`` or
     ``torch_dtype``). ``progress``: True/False forces the bar on/off; None shows
     it for loads of at least ``PROGRESS_BYTES``. Nothing is allocated before
-    every tensor's name, shape and dtype has been checked.
+    every file's header and every tensor's name, shape and dtype has been checked.
+    ``check_finite`` refuses a weight holding NaN or infinity (after the cast to
+    ``dtype``, so an overflow to inf is caught too).
     """
     info = read_config(path)
     config = info.config
     dtype = dtype if dtype is not None else getattr(torch, info.dtype)
     device = torch.device(device)
     want = tensor_targets(config)
-    stored = _shard_map(info.path)
+    stored = _stored(info.path)
     by_file: dict[Path, list[str]] = {}
+    total = 0
     for n in _check_names(stored, want, config.tie_word_embeddings):
-        by_file.setdefault(stored[n], []).append(n)
+        p, entry = stored[n]
+        if entry.shape != want[n][1]:
+            raise CheckpointError(
+                f"{p}: tensor {n} has shape {list(entry.shape)}, config.json implies "
+                f"{list(want[n][1])}"
+            )
+        total += math.prod(entry.shape) * _itemsize(entry.dtype, n)
+        by_file.setdefault(p, []).append(n)
     safe_open = _safe_open()
     with ExitStack() as stack:
-        handles = {
-            p: stack.enter_context(safe_open(str(p), framework="pt")) for p in sorted(by_file)
-        }
-        total = 0
-        for p, group in by_file.items():
-            for n in group:
-                sl = handles[p].get_slice(n)
-                shape = tuple(sl.get_shape())
-                if shape != want[n][1]:
-                    raise CheckpointError(
-                        f"tensor {n} has shape {list(shape)}, config.json implies "
-                        f"{list(want[n][1])}"
-                    )
-                total += math.prod(shape) * _itemsize(sl.get_dtype(), n)
+        handles = {p: stack.enter_context(_opened(safe_open, p)) for p in sorted(by_file)}
         dest = _allocate(config, device, dtype)
         with torch.no_grad(), _progress(total, progress) as advance:
             for p, group in by_file.items():
                 for n in group:
                     (key, start, rows), _ = want[n]
-                    src = handles[p].get_tensor(n)
-                    dest[key][start : start + rows].copy_(src)
+                    try:
+                        src = handles[p].get_tensor(n)
+                    except Exception as e:  # the library's own error type names nothing
+                        raise CheckpointError(f"{p}: tensor {n} cannot be read ({e})") from None
+                    part = dest[key][start : start + rows]
+                    part.copy_(src)
+                    if check_finite and not bool(torch.isfinite(part).all()):
+                        raise CheckpointError(
+                            f"{p}: tensor {n} holds NaN or infinite values (as {dtype}); "
+                            "refused, as it would generate garbage (skip this check with "
+                            "--no-finite-check, EngineConfig(check_weights=False))"
+                        )
                     if advance is not None:
                         advance(src.numel() * src.element_size())
                     del src
     return DecoderModel(config, device, dtype, _assemble(config, dest))
+
+
+@contextmanager
+def _opened(safe_open: Any, path: Path) -> Iterator[Any]:
+    """``safe_open(path)``, its refusal a ``CheckpointError`` naming the file."""
+    try:
+        handle = safe_open(str(path), framework="pt")
+        f = handle.__enter__()
+    except Exception as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from None
+    try:
+        yield f
+    finally:
+        handle.__exit__(None, None, None)
 
 
 _ITEMSIZE = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2}

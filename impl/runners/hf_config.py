@@ -97,6 +97,10 @@ def _load_json(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{path}: expected a JSON object")
     return data

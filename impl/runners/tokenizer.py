@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from densegate.impl.runners.hf_config import CheckpointError
+
 __all__ = ["TextCodec"]
 
 
@@ -40,8 +42,15 @@ class TextCodec:
             raise ValueError(
                 "text needs the tokenizers package: pip install 'densegate[text]'"
             ) from None
-        self._tok = Tokenizer.from_file(str(self.path))
+        try:
+            self._tok = Tokenizer.from_file(str(self.path))
+        except Exception as e:  # tokenizers raises a bare Exception ("key must be a string")
+            raise CheckpointError(f"{self.path}: not a valid tokenizer.json ({e})") from None
         return self._tok
+
+    def load(self) -> None:
+        """Load the tokenizer now (a bad ``tokenizer.json`` raises here, not after a run)."""
+        self._loaded()
 
     def encode(self, text: str) -> list[int]:
         if not isinstance(text, str):

@@ -189,17 +189,24 @@ class TorchRunner:
 
 
 def runner_for(
-    layout: KVLayout, model: object, device: str, dtype: str, num_threads: int | None
+    layout: KVLayout,
+    model: object,
+    device: str,
+    dtype: str,
+    num_threads: int | None,
+    check_finite: bool = True,
 ) -> TorchRunner:
     """The engine's torch runner: ``model`` is a checkpoint directory, a ``ModelConfig`` or
-    None (the tiny seeded default); ``dtype="auto"`` is the checkpoint's (float32 if seeded)."""
+    None (the tiny seeded default); ``dtype="auto"`` is the checkpoint's (float32 if seeded);
+    ``check_finite``: refuse a checkpoint's NaN or infinite weights."""
     from densegate.impl.runners.hf_config import checkpoint_dir
 
     path = checkpoint_dir(model)
     if path is not None:
         from densegate.impl.runners.checkpoint import load_model
 
-        loaded = load_model(path, device, None if dtype == "auto" else getattr(torch, dtype))
+        want = None if dtype == "auto" else getattr(torch, dtype)
+        loaded = load_model(path, device, want, check_finite=check_finite)
         return TorchRunner(layout, device=device, num_threads=num_threads, model=loaded)
     if model is not None and not isinstance(model, ModelConfig):
         raise ValueError(f"model must be a checkpoint directory or a ModelConfig, got {model!r}")

@@ -45,6 +45,8 @@ class PassRecord:
     kv_free_blocks: int
     waiting_tokens: int
     """The gate's observation: admissible prefill tokens, capped at dense_tokens."""
+    failed: bool = False
+    """The runner failed this pass: nothing it planned was computed (``Scheduler.undo``)."""
 
     @property
     def interrupts_decode(self) -> bool:

@@ -19,12 +19,16 @@ FINISH_LENGTH = "length"
 FINISH_STOP = "stop"
 
 
-def stop_set(stop_token_ids: Iterable[object], eos_token_ids: Iterable[int]) -> frozenset[int]:
-    """The tokens that end a request: its own stop ids plus the EOS ids it does not ignore."""
+def stop_set(
+    stop_token_ids: Iterable[object], eos_token_ids: Iterable[int], vocab: int | None = None
+) -> frozenset[int]:
+    """The tokens that end a request: its own stop ids (each in ``[0, vocab)``: one outside
+    could never be sampled) plus the EOS ids it does not ignore."""
     stops: list[int] = []
     for t in stop_token_ids:
-        if not is_int(t) or t < 0:
-            raise ValueError(f"stop_token_ids must hold ints >= 0, got {t!r}")
+        if not is_int(t) or t < 0 or (vocab is not None and t >= vocab):
+            bound = ">= 0" if vocab is None else f"in [0, {vocab}), the vocabulary"
+            raise ValueError(f"stop_token_ids must hold ints {bound}, got {t!r}")
         stops.append(t)
     return frozenset(stops).union(eos_token_ids)
 

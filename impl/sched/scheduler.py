@@ -23,6 +23,7 @@ admission, every running request arrived before every waiting one; the spec
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -42,6 +43,8 @@ class _Counters:
     preemptions: int = 0
     finished: int = 0
     aborted: int = 0
+    failed_passes: int = 0
+    """Passes whose runner raised or returned a malformed result (``undo``)."""
     reasons: collections.Counter[Reason] = field(default_factory=collections.Counter)
 
 
@@ -68,6 +71,10 @@ class Scheduler:
         self._queued_tokens = 0
         self._aborted: list[Request] = []
         """Requests aborted since the last commit: a plan that runs one is stale."""
+        self._preempted = 0
+        """Preemptions since the last commit, counted where they happen (``_preempt``): a
+        second ``plan()`` in one pass finds nothing left to preempt, but the first one's
+        preemptions were real, so the committed pass records them."""
 
     # -- queue management -------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -233,12 +240,35 @@ class Scheduler:
             )
             r.num_computed = pos + 1
         self.counters.passes += 1
-        self.counters.preemptions += len(plan.preempted)
+        self.counters.preemptions += self._preempted
         self.counters.reasons[decision.reason] += 1
         self.pass_log.append(self._record(plan, decision, prefill_tokens, len(batch.prefills)))
         self._pass += 1
+        self._preempted = 0
         self._aborted.clear()
         return batch
+
+    def undo(self, batch: ScheduledBatch) -> None:
+        """Take back the runner's part of the pass just committed, which failed: every chunk's
+        tokens are owed again (``num_computed`` back to the chunk's start), nothing was sampled.
+
+        The scheduler's part stands: the gate's decision, the pass index, preemptions,
+        admissions and the KV blocks they reserved. A request keeps its blocks and its slot
+        and has work the next pass plans (a prefill chunk, or its decode), so none is left
+        running with nothing to run. The pass log marks the pass ``failed``.
+        """
+        if batch.index != self._pass - 1:
+            raise ValueError(
+                f"undo of pass {batch.index}: the last committed pass is {self._pass - 1}"
+            )
+        for c in (*batch.prefills, *batch.decodes):
+            r = self._by_seq.get(c.seq_id)
+            if r is not None and r.status is RequestStatus.RUNNING:
+                r.num_computed = c.start
+        self.counters.failed_passes += 1
+        log = self.pass_log
+        if log and log[-1].index == batch.index:
+            log[-1] = dataclasses.replace(log[-1], failed=True)
 
     def _check_current(self, plan: PassPlan) -> None:
         """Raise, changing nothing, if committing ``plan`` would lose or corrupt a request."""
@@ -272,7 +302,7 @@ class Scheduler:
             prefill_tokens,
             prefill_seqs,
             len(plan.decodes),
-            len(plan.preempted),
+            self._preempted,
             len(self.waiting),
             len(self.running),
             self.blocks.num_free,
@@ -338,6 +368,7 @@ class Scheduler:
         )
 
     def _preempt(self, r: Request) -> None:
+        self._preempted += 1
         self.running.remove(r)
         self.blocks.free(r.block_table)
         r.status = RequestStatus.WAITING

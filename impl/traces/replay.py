@@ -3,7 +3,9 @@
 The summary's figures are the ones the gate is judged by: how full prefill
 passes were, how many under-full prefill passes still interrupted decode (and
 which rule let them), how long requests waited for a first token in passes and
-in milliseconds, and what the scheduler itself cost per pass.
+in milliseconds, and what the scheduler itself cost per pass. A failed pass
+(``PassFailed``: the runner raised) is counted and named, and the replay goes
+on: the engine's ``runner_retries`` decides whether its requests run again.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from typing import Any
 from densegate.impl.engine import Engine
 from densegate.impl.figures import percentile
 from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.failures import PassFailed
 from densegate.impl.sched.plan import PassRecord
 from densegate.impl.sched.request import RequestStatus
-from densegate.impl.traces.workload import TraceRequest
+from densegate.impl.traces.workload import TraceRequest, check_fits
 
 __all__ = [
     "S6_SCOPE",
@@ -98,11 +101,18 @@ class PassStats:
     reasons: collections.Counter[str] = field(default_factory=collections.Counter)
     preempted: int = 0
     preempting_passes: set[int] = field(default_factory=set)
+    """Passes that preempted, or failed: windows across them are outside S6's premise."""
     empty_passes: set[int] = field(default_factory=set)
     heads: dict[tuple[str, int], HeadWindow] = field(default_factory=dict)
+    failed_passes: int = 0
+    failures: list[str] = field(default_factory=list)
+    """The first few ``PassFailed`` messages, in pass order."""
 
     def observe(self, rec: PassRecord) -> None:
         self.passes += 1
+        if rec.failed:  # nothing ran: outside S6's premise, as a preemption is
+            self.failed_passes += 1
+            self.preempting_passes.add(rec.index)
         self.reasons[rec.reason.name] += 1
         self.preempted += rec.preempted
         if rec.preempted:
@@ -130,8 +140,10 @@ def run_trace(
 
     When the engine falls idle before the next arrival, that arrival is brought
     forward (an idle pass schedules nothing and measures nothing). Prompt token
-    ids are drawn from ``seed`` within the runner's vocabulary.
+    ids are drawn from ``seed`` within the runner's vocabulary, after every entry
+    is checked to fit the engine (``check_fits``: ``ValueError`` naming it).
     """
+    check_fits(trace, engine.config)
     rng = random.Random(seed)
     vocab = engine.vocab_size or 32000
     stats = PassStats(engine.config.dense)
@@ -148,7 +160,11 @@ def run_trace(
             i += 1
             idle = False
         before = sched.pass_index
-        engine.step()
+        try:
+            engine.step()
+        except PassFailed as e:
+            if len(stats.failures) < 3:
+                stats.failures.append(str(e))
         _note_head(engine, stats.heads)
         if sched.pass_index != before:
             stats.observe(sched.pass_log[-1])
@@ -181,6 +197,10 @@ def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]
             s.name: sum(m.status is s for m in ms)
             for s in (RequestStatus.ABORTED, RequestStatus.REJECTED)
         },
+        "rejected_reasons": _reasons(engine, ms, RequestStatus.REJECTED),
+        "aborted_reasons": _reasons(engine, ms, RequestStatus.ABORTED),
+        "failed_passes": stats.failed_passes,
+        "failures": stats.failures,
         "gate": "on" if cfg.gate_enabled else "off",
         "dense_tokens": cfg.dense,
         "max_hold_passes": cfg.max_hold_passes,
@@ -219,12 +239,21 @@ def summarize(engine: Engine, stats: PassStats, wall_s: float) -> dict[str, Any]
     return summary
 
 
+def _reasons(engine: Engine, ms: Sequence[Any], status: RequestStatus) -> dict[str, int]:
+    """How many requests ended ``status``, per reason."""
+    out: collections.Counter[str] = collections.Counter()
+    for m in ms:
+        if m.status is status:
+            out[engine.request(m.request_id).finish_reason or "?"] += 1
+    return dict(out)
+
+
 def s6_figures(cfg: SchedulerConfig, reqs: Sequence[Any], stats: PassStats) -> dict[str, Any]:
     """Each head window's wait against its S6 bound, over windows the bound covers.
 
     A window runs from ``head_pass`` to ``first_token_pass``; one with a
-    preempting pass inside (or a preempted request) is outside S6's premise and
-    only counted. One with an EMPTY pass inside gets the bound with ``D``.
+    preempting or failed pass inside (or a preempted request) is outside S6's
+    premise and only counted. One with an EMPTY pass inside gets the bound with ``D``.
     ``worst_ratio`` is the largest wait / bound.
     """
     rows: list[dict[str, Any]] = []

@@ -15,9 +15,19 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from densegate.impl.validation import check_int, check_positive_float, int_problem, is_int
+from densegate.impl.sched.admission import length_rejection
+from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.validation import (
+    check_int,
+    check_positive_float,
+    fit_problem,
+    int_problem,
+    is_int,
+)
 
-__all__ = ["TraceRequest", "dump_trace", "load_trace", "synthetic_trace"]
+__all__ = ["TraceRequest", "check_fits", "dump_trace", "load_trace", "synthetic_trace"]
+
+_FIELDS = (("arrival_pass", 0), ("prompt_len", 1), ("output_len", 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +77,11 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
     Errors name the entry and the field, so a hand-edited trace is easy to fix.
     """
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     if not isinstance(data, list):
         raise ValueError(f"{path}: expected a JSON list of requests, got {type(data).__name__}")
     out = []
@@ -77,7 +89,7 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
         if not isinstance(item, dict):
             raise ValueError(f"{path}: entry {i} must be an object, got {item!r}")
         vals = []
-        for key, low in (("arrival_pass", 0), ("prompt_len", 1), ("output_len", 1)):
+        for key, low in _FIELDS:
             v = item.get(key)
             why = int_problem(key, v, low)
             if why is not None or not is_int(v):  # is_int: for the type checker
@@ -88,3 +100,21 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
             raise ValueError(f"{path}: entry {i}: unknown field(s) {sorted(extra)}")
         out.append(TraceRequest(*vals))
     return out
+
+
+def check_fits(trace: Sequence[TraceRequest], cfg: SchedulerConfig, label: str = "trace") -> None:
+    """``ValueError`` naming the first entry of ``trace`` no engine of ``cfg`` could ever admit
+    (over ``max_model_len``, as ``--dp`` refuses it, or needing more KV blocks than the
+    cache has): checked before any prompt is built, which for a length like 3e8 would not
+    fit in memory either."""
+    for i, req in enumerate(trace):
+        for key, low in _FIELDS:
+            why = int_problem(f"{label} entry {i}: {key}", getattr(req, key, None), low)
+            if why is not None:
+                raise ValueError(why)
+        p, o = req.prompt_len, req.output_len
+        why = fit_problem(f"{label} entry {i}", p, o, cfg.max_model_len)
+        if why is None and (more := length_rejection(cfg, p, o)) is not None:
+            why = f"{label} entry {i}: {more}"
+        if why is not None:
+            raise ValueError(why)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from densegate.impl.dp.config import COORDINATED
 from densegate.impl.figures import fmt
 from densegate.lab.dp.timing import print_timing
 
@@ -28,11 +29,12 @@ def print_summary(s: dict[str, Any]) -> None:
     t.add_column("figure")
     t.add_column("value")
     rows = [
-        ("requests finished", f"{s['finished']} / {s['requests']}"),
+        ("requests finished (coordinated run)", f"{s['finished']} / {s['requests']}"),
         ("  of which re-admitted after a rank died", s["readmitted"]),
+        ("  rejected", s["rejected"]),
         (
-            "rejected / lost / unaccounted / ended twice",
-            f"{s['rejected']} / {s['lost']} / {len(s['unaccounted'])} / {len(s['duplicated'])}",
+            "lost / unaccounted / ended twice (every phase)",
+            f"{s['lost']} / {len(s['unaccounted'])} / {len(s['duplicated'])}",
         ),
         ("ticks", s["ticks"]),
         ("all reporting ranks logged the same decisions", s["decisions_agree"]),
@@ -50,6 +52,14 @@ def print_summary(s: dict[str, Any]) -> None:
     a.add_column("figure")
     for name in phase_names:
         a.add_column(name.replace("_", " "))
+    acc = s.get("accounting", {})
+    a.add_row(
+        "requests finished / unaccounted",
+        *(
+            f"{fmt(acc[n]['finished'])} / {fmt(len(acc[n]['unaccounted']))}" if n in acc else "-"
+            for n in phase_names
+        ),
+    )
     for label, key in (
         ("ticks", "ticks"),
         ("prefill ticks", "prefill_ticks"),
@@ -85,13 +95,19 @@ def print_summary(s: dict[str, Any]) -> None:
     console.print(r)
     print_timing(console, s)
     f = s.get("failure")
-    if f:
+    if f and not f.get("noticed_by_survivors", True):
         console.print(
-            f"[bold red]rank(s) {f['dead_ranks']} died at tick {f['tick']}[/]: survivors noticed "
-            f"after {fmt(f['detected_after_s'])} s, agreed and regrouped in "
-            f"{fmt(f['recovery_s'])} s ({f['agreements']} agreement(s)); ticks before / after "
-            f"the fault {f['ticks_before']} / {f['ticks_after']}, one aligned decision per tick "
-            f"over the survivors; {f['readmitted']} request(s) re-admitted "
-            f"({f['readmitted_finished']} finished), {f['ended_on_dead']} had ended on the "
-            f"dead rank(s)" + ("; the store died: requests lost" if f["store_lost"] else "")
+            f"[bold red]rank(s) {f['dead_ranks']} died in {f['phase']}[/] with no survivor's "
+            f"collective failing ({f['error']}); {f['ended_on_dead']} request(s) of that phase "
+            "had ended on the dead rank(s), counted from their streams"
+        )
+    elif f:
+        console.print(
+            f"[bold red]rank(s) {f['dead_ranks']} died in {f.get('phase', COORDINATED)} at tick "
+            f"{f['tick']}[/]: survivors noticed after {fmt(f['detected_after_s'])} s, agreed "
+            f"and regrouped in {fmt(f['recovery_s'])} s ({f['agreements']} agreement(s)); "
+            f"ticks before / after the fault {f['ticks_before']} / {f['ticks_after']}; "
+            f"{f['readmitted']} request(s) re-admitted ({f['readmitted_finished']} finished), "
+            f"{f['ended_on_dead']} had ended on the dead rank(s); the run stopped after that "
+            "phase" + ("; the store died: requests lost" if f["store_lost"] else "")
         )

@@ -13,7 +13,13 @@ and is one symbolic question per path; a property is
 - ``refuted``: with the run that breaks it, replayed concretely through the
   sampled kit's own judges, which must flag the same property;
 - ``out of reach``: CrossHair could not explore every path (a call it cannot
-  model, a value it had to make concrete, the path cap), with the reason.
+  model, a value it had to make concrete, the path cap), with the reason;
+- ``vacuous``: every path explored, but the precondition admits nothing, no path
+  got past it, or a configuration class (gate on, gate off) was reached by no
+  explored path: nothing was shown of that class, so nothing is claimed.
+
+The configs are ``GateConfig(B, K, enabled)``: the STALL valve off (stall_passes =
+0), the machine the kit's properties are about.
 
 As in every symbolic check here (``symbolic.explore``), a ``min`` or ``max`` of
 symbolic ints in the gate is one z3 term, not a branch per comparison.
@@ -24,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,17 +39,34 @@ import z3
 
 from densegate.impl.gate import GateConfig, GateInput, Reason
 from densegate.lab.baselines.policies import RawCounts
-from densegate.proofs.refinement.symbolic import admit, explore, fail, guarded, holds, term
+from densegate.proofs.refinement.symbolic import (
+    Classes,
+    Outcome,
+    admit,
+    admitted_classes,
+    explore,
+    fail,
+    guarded,
+    holds,
+    reached,
+    term,
+)
 from densegate.spec.gate import GATE, reason
 from densegate.spec.machine import Frame
 from densegate.spec.properties import GATE_IDS, Property, by_id
 from densegate.testing.driver import Driver, GateFactory
 from densegate.testing.strategies import GateRun, Observation
 
-__all__ = ["DEFAULT_PASSES", "ProofReport", "ProvedProperty", "prove_conforms"]
+__all__ = ["CONFORM_CLASSES", "DEFAULT_PASSES", "ProofReport", "ProvedProperty", "prove_conforms"]
 
 DEFAULT_PASSES = 2
 """Passes per symbolic run: every path of every run this long is explored."""
+
+CONFORM_CLASSES: Classes = {
+    "gate on": lambda v: v["enabled"],
+    "gate off": lambda v: z3.Not(v["enabled"]),
+}
+"""The configuration classes every property's check must reach on some explored path."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +74,7 @@ class ProvedProperty:
     """One property's symbolic verdict, with the breaking run or the reason it is out of reach."""
 
     prop: Property
-    status: str  # proved | refuted | out of reach
+    status: str  # proved | refuted | out of reach | vacuous
     seconds: float
     run: dict[str, Any] | None = None
     detail: str = ""
@@ -77,8 +100,8 @@ class ProofReport:
     def format(self) -> str:
         lines = [
             f"densegate conform --prove {self.target}: every path of every run of "
-            f"{self.passes} passes from a fresh gate, all configs and observations "
-            f"(unbounded ints), {self.seconds:.1f} s"
+            f"{self.passes} passes from a fresh gate, all configs (B, K >= 1, gate on and "
+            f"off, STALL valve off) and observations (unbounded ints), {self.seconds:.1f} s"
         ]
         width = max(len(r.prop.label) for r in self.results)
         for r in self.results:
@@ -87,8 +110,8 @@ class ProofReport:
             if r.status == "refuted" and r.run is not None:
                 lines += ["", f"{r.prop.id} REFUTED: {r.prop.statement}", f"  {_run_text(r.run)}"]
                 lines.append(f"  {r.detail}")
-            elif r.status == "out of reach":
-                lines += ["", f"{r.prop.id} OUT OF REACH: {r.detail}"]
+            elif r.status in ("out of reach", "vacuous"):
+                lines += ["", f"{r.prop.id} {r.status.upper()}: {r.detail}"]
         verdict = "proved" if self.proved else "NOT proved"
         lines.append(f"{self.target}: {verdict} (runs of up to {self.passes} passes)")
         return "\n".join(lines)
@@ -158,7 +181,7 @@ def _judge(pid: str, p: dict[str, Any], steps: list[tuple[Any, ...]], K: Any) ->
     return z3.And(*conds) if conds else z3.BoolVal(True)
 
 
-def _pre(v: dict[str, z3.ExprRef]) -> z3.BoolRef:
+def _pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     """Configs and observations; raw list counts (r, q) at least the honest ones (d, w)."""
     obs = [x >= 0 for k, x in v.items() if k[0] in "wd"]
     raw = [x >= v["d" + k[1:]] for k, x in v.items() if k[0] == "r"]
@@ -210,10 +233,11 @@ def _check(
         f"    steps = guarded(lambda: drive(v), v)\n"
         f"    if not holds(_judge(pid, {{'B': B, 'K': K, 'enabled': enabled}}, steps, K)):\n"
         f"        fail(v, pid + ' broken')\n"
+        f"    reached(v)\n"
     )
     scope: dict[str, Any] = {}
     env: dict[str, Any] = {"admit": admit, "_pre": _pre, "guarded": guarded, "drive": drive}
-    env.update({"holds": holds, "_judge": _judge, "pid": pid, "fail": fail})
+    env.update({"holds": holds, "_judge": _judge, "pid": pid, "fail": fail, "reached": reached})
     _compile_check(src, env, scope, folder)
     return scope["check"]  # type: ignore[no-any-return]
 
@@ -233,6 +257,18 @@ def _replay_flags(factory: GateFactory, run: dict[str, Any]) -> dict[str, tuple[
     return Driver(factory).outcome(GateRun(cfg, obs)).first
 
 
+def _vacuity(check: Callable[..., None], out: Outcome) -> str:
+    """Why a fully explored check shows nothing (empty when it shows something of every
+    class): the precondition has no model, no path got past it, or a class went unreached."""
+    pre, admits = admitted_classes(check, _pre, CONFORM_CLASSES)
+    if not pre:
+        return "the precondition has no model: every path would pass vacuously"
+    if out.passed == 0:
+        return f"no explored path ({out.paths}) got past the precondition and the judge"
+    missed = [n for n in CONFORM_CLASSES if not (admits[n] and n in out.covered)]
+    return f"configuration class {', '.join(missed)} reached by no explored path" if missed else ""
+
+
 def prove_conforms(
     factory: GateFactory,
     *,
@@ -249,9 +285,12 @@ def prove_conforms(
     for pid in GATE_IDS:
         with tempfile.TemporaryDirectory(prefix="densegate-conform-") as folder:
             check = _check(factory, pid, passes, raw, Path(folder))
-            out = explore(check, max_iterations=max_iterations)
+            out = explore(check, max_iterations=max_iterations, classes=CONFORM_CLASSES)
         prop = by_id(pid)
-        if out.status == "proved":
+        empty = _vacuity(check, out)
+        if out.status == "proved" and empty:
+            results.append(ProvedProperty(prop, "vacuous", out.seconds, None, empty))
+        elif out.status == "proved":
             results.append(ProvedProperty(prop, "proved", out.seconds))
         elif out.status == "refuted" and out.witness is not None:
             w = out.witness

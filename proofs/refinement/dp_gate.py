@@ -27,19 +27,21 @@ from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig, ReducedObserv
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import (
+    Classes,
     admit,
     agrees,
     fail,
     guarded,
     holds,
     keyword_signature,
+    reached,
     sample,
     term,
 )
 from densegate.spec.dp_gate import DP, reason
 from densegate.spec.machine import evaluate
 
-__all__ = ["R2_CHECKS", "R2_MUTANTS", "replay"]
+__all__ = ["R2_CHECKS", "R2_CLASSES", "R2_MUTANTS", "R2_PRECONDITION", "replay"]
 
 PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled")
 STATE = ("h", "q", "g")
@@ -54,7 +56,7 @@ class _Config(AlignedGateConfig):
         return self._T  # type: ignore[attr-defined,no-any-return]
 
 
-def _pre(v: dict[str, z3.ExprRef]) -> z3.BoolRef:
+def _pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     B, K, N, T, S, h = v["B"], v["K"], v["N"], v["T"], v["S"], v["h"]
     W, F, D, P, C, t = v["W"], v["F"], v["D"], v["P"], v["C"], v["t"]
     return z3.And(
@@ -62,6 +64,19 @@ def _pre(v: dict[str, z3.ExprRef]) -> z3.BoolRef:
         W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0, C <= N, t >= 0,
     )  # fmt: skip
 
+
+R2_PRECONDITION = _pre
+"""What R2's checks admit: configurations, states, reduced vectors and ticks."""
+
+R2_CLASSES: Classes = {
+    "gate on": lambda v: v["enabled"],
+    "gate off": lambda v: z3.Not(v["enabled"]),
+    "KV valve on": lambda v: v["kv"],
+    "KV valve off": lambda v: z3.Not(v["kv"]),
+    "STALL valve on (S > 0)": lambda v: v["S"] > 0,
+    "STALL valve off (S = 0)": lambda v: v["S"] == 0,
+}
+"""The configuration classes R2's scope names; each must be reached by an explored path."""
 
 _CONFIG_FIELDS = ("dense_tokens", "max_hold_passes", "enabled", "target_fill", "stall_ticks")
 _REDUCED_FIELDS: tuple[str, ...] = (
@@ -133,6 +148,7 @@ def _check(cls: type) -> Callable[..., None]:
         o = {k: v[k] for k in OBS}
         if not agrees(DP, reason, p, {k: v[k] for k in STATE}, o, dec.fire, dec.reason.name, s2):
             fail(v, "decide differs from the spec")
+        reached(v)
         sample(v)  # a state this path reached: mutants are replayed on it first
 
     check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
@@ -152,6 +168,7 @@ def _inputs_check(cls: type) -> Callable[..., None]:
         given += [v[k] for k in ("N", "W", "F", "D", "P", "C")]
         if not holds(z3.And(*[term(a) == term(b) for a, b in zip(kept, given, strict=True)])):
             fail(v, "a constructor changed an input")
+        reached(v)
 
     check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
     return check

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import z3
+
 from densegate.impl.dp_gate import AlignedGate
 from densegate.impl.gate import PrefillGate
 from densegate.impl.sched.scheduler import Scheduler
@@ -24,9 +26,10 @@ from densegate.proofs.refinement import scheduler as sched
 from densegate.proofs.refinement import scheduler_replay as sched_replay
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
-from densegate.proofs.refinement.symbolic import Outcome, explore
+from densegate.proofs.refinement.symbolic import Classes, Outcome, admitted_classes, explore
 from densegate.proofs.results import (
     CheckResult,
+    Coverage,
     MutantResult,
     ObligationResult,
     Trace,
@@ -62,6 +65,12 @@ class RefinementObligation:
     scope: str
     machine: Machine
     """The spec machine refined (``densegate prove --jobs`` groups obligations by it)."""
+    precondition: Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef]
+    """What every check admits, as a formula over its arguments (shown satisfiable)."""
+    classes: Classes
+    """The configuration classes the scope names (chunked or not, gate on or off, ...):
+    each must be admitted by the precondition and reached by an explored path of every
+    check, else the obligation is ``vacuous``."""
     level: str = "refinement"
     bound: str | None = None
     """What a bounded obligation is bounded in (the report prints "bounded: ..."); None: nothing."""
@@ -88,8 +97,25 @@ class RefinementObligation:
         """What the proof covers, as the report prints it."""
         return scope_statement("code", self.bound, self.scope)
 
-    def _explore(self, check: Callable[..., None]) -> Outcome:
-        return explore(check, incremental=self.incremental)
+    def _explore(self, check: Callable[..., None], classes: Classes | None = None) -> Outcome:
+        return explore(check, incremental=self.incremental, classes=classes)
+
+    def _vacuity(
+        self, via: str, check: Callable[..., None], out: Outcome
+    ) -> tuple[CheckResult, list[Coverage]]:
+        """The check's precondition shown satisfiable (z3) and passed by an explored path,
+        and each configuration class admitted by it and reached by such a path."""
+        pre, admits = admitted_classes(check, self.precondition, self.classes)
+        if not pre:
+            why = "the precondition has no model: every path would pass vacuously"
+            result = CheckResult(f"{via}: precondition", "unsat", 0.0, why)
+        elif out.passed == 0:
+            why = f"no explored path ({out.paths}) got past the precondition and every check"
+            result = CheckResult(f"{via}: precondition", "unsat", 0.0, why)
+        else:
+            result = CheckResult(f"{via}: precondition", "sat", 0.0, f"{out.passed} paths")
+        cover = [Coverage(via, n, admits[n], n in out.covered) for n in self.classes]
+        return result, cover
 
     def _suspect(
         self, cls: type, via: str, samples: Sequence[tuple[Mapping[str, Any], object]]
@@ -176,8 +202,14 @@ class RefinementObligation:
         checks: list[CheckResult] = []
         trace = None
         samples: dict[str, list[tuple[Any, object]]] = {}
+        sanity: list[CheckResult] = []
+        coverage: list[Coverage] = []
         for via, build in self.checks.items():
-            out = self._explore(build(self.target))
+            check = build(self.target)
+            out = self._explore(check, self.classes)
+            pre, cover = self._vacuity(via, check, out)
+            sanity.append(pre)
+            coverage += cover
             samples[via] = self._screened(out.samples)
             status = _CHECK_STATUS[out.status]
             checks.append(CheckResult(f"{via}: every path", status, out.seconds, out.detail))
@@ -188,6 +220,8 @@ class RefinementObligation:
             verdict = "failed"
         elif any(c.status != "unsat" for c in checks):
             verdict = "unknown"
+        elif any(c.status != "sat" for c in sanity) or not all(c.ok for c in coverage):
+            verdict = "vacuous"
         else:
             verdict = "proved"
         seconds = time.perf_counter() - t0
@@ -204,7 +238,10 @@ class RefinementObligation:
             checks=checks,
             mutants=mutants,
             trace=trace,
+            sanity=sanity,
             about="code",
+            precondition_satisfiable=all(c.status == "sat" for c in sanity),
+            coverage=coverage,
         )
 
 
@@ -214,11 +251,15 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         statement("R1"),
         PrefillGate,
         gate.R1_CHECKS,
-        ("B", "K", "enabled"),
+        ("B", "K", "enabled", "S"),
         gate.replay,
         gate.R1_MUTANTS,
-        "impl/gate.py PrefillGate, symbolic execution (CrossHair) of every path; unbounded ints",
+        "impl/gate.py PrefillGate, symbolic execution (CrossHair) of every path; unbounded ints; "
+        "gate on and off, STALL valve off (stall_passes = 0, against GATE) and on (against "
+        "the stall gate), each reached by an explored path",
         GATE,
+        gate.R1_PRECONDITION,
+        gate.R1_CLASSES,
     ),
     RefinementObligation(
         "R2",
@@ -229,8 +270,11 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         dp_gate.replay,
         dp_gate.R2_MUTANTS,
         "impl/dp_gate.py AlignedGate, symbolic execution (CrossHair) of every path; "
-        "unbounded ints, any N >= 1; fill_tokens taken as T in [1, B], not executed",
+        "unbounded ints, any N >= 1; fill_tokens taken as T in [1, B], not executed; gate, "
+        "KV valve and STALL valve each on and off, each reached by an explored path",
         DP,
+        dp_gate.R2_PRECONDITION,
+        dp_gate.R2_CLASSES,
     ),
 ]
 
@@ -245,8 +289,11 @@ SCHEDULER_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         sched.R3_MUTANTS,
         "impl/sched/scheduler.py Scheduler.plan and observe, symbolic execution (CrossHair) of "
         "every path; unbounded ints; token lists, block tables and the free list taken as "
-        "their lengths; arrivals, aborts and the commit (steps 0, 4-5) not executed",
+        "their lengths; arrivals, aborts and the commit (steps 0, 4-5) not executed; chunked "
+        "and unchunked prefill, gate on and off, each reached by an explored path",
         sched.SPEC,
+        sched.R3_PRECONDITION,
+        sched.R3_CLASSES,
         level="refinement-scheduler",
         bound=f"{sched.SLOTS} requests, block size {sched.BLOCK_SIZE}",
         show=sched_replay.show,

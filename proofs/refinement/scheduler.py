@@ -38,14 +38,17 @@ from crosshair.libimpl.builtinslib import SymbolicBool
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.request import Request, RequestStatus
 from densegate.impl.sched.scheduler import Scheduler
+from densegate.proofs.refinement.counted import Counted
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import (
+    Classes,
     NoTracing,
     fail,
     guarded,
     holds,
     keyword_signature,
     pinned,
+    reached,
     sample,
     term,
 )
@@ -56,10 +59,11 @@ from densegate.spec.scheduler import RUNNING, WAITING, SchedulerMachine
 __all__ = [
     "BLOCK_SIZE",
     "R3_CHECKS",
+    "R3_CLASSES",
     "R3_MUTANTS",
+    "R3_PRECONDITION",
     "SLOTS",
     "STATEMENT",
-    "Counted",
     "code_view",
     "config_for",
     "constant",
@@ -73,45 +77,6 @@ SPEC = SchedulerMachine(SLOTS, BLOCK_SIZE)
 _INVARIANT = invariant_of(SPEC)
 PARAMS = ("S", "T", "N", "L", "cap", "B", "K", "chunked", "enabled")
 _BOOLS = ("chunked", "enabled")
-
-
-class Counted:
-    """A list reduced to its length: all that planning reads of a token list, a block
-    table or the free list.
-
-    It has exactly the list operations ``Request`` and ``BlockManager`` use in planning
-    (``len``, truth, ``append``, ``pop``, ``extend``, ``reversed``, ``clear``); any
-    other use (reading an element, iterating) raises, which fails the check.
-    """
-
-    __slots__ = ("n",)
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __bool__(self) -> bool:
-        return True if self.n != 0 else False  # noqa: SIM210 (a branch, not a symbolic bool)
-
-    def append(self, item: int) -> None:
-        self.n += 1
-
-    def pop(self) -> int:
-        if self.n == 0:
-            raise IndexError("pop from empty list")
-        self.n -= 1
-        return 0
-
-    def extend(self, items: Counted) -> None:
-        self.n += items.n
-
-    def __reversed__(self) -> Counted:
-        return Counted(self.n)
-
-    def clear(self) -> None:
-        self.n = 0
 
 
 _CONFIG_FIELDS = (
@@ -232,6 +197,24 @@ def _spec(v: Mapping[str, Any]) -> tuple[z3.BoolRef, dict[str, z3.ExprRef]]:
         return _SPEC[key][2:]
 
 
+def _precondition(env: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
+    """The checks' precondition as one formula over their arguments' terms."""
+    p, s = spec_vars(env, term=lambda x: x)
+    return z3.And(SPEC.param_ok(p), _INVARIANT(p, s))
+
+
+R3_PRECONDITION = _precondition
+"""What R3's checks admit: the spec's parameter constraints and its invariant."""
+
+R3_CLASSES: Classes = {
+    "chunked prefill": lambda v: v["chunked"],
+    "unchunked prefill": lambda v: z3.Not(v["chunked"]),
+    "gate on": lambda v: v["enabled"],
+    "gate off": lambda v: z3.Not(v["enabled"]),
+}
+"""The configuration classes R3's scope names; each must be reached by an explored path."""
+
+
 def _admitted(v: Mapping[str, Any]) -> bool:
     """The spec's parameter constraints and its invariant, as one branch."""
     with NoTracing():
@@ -316,6 +299,7 @@ def _check(cls: type, at: Mapping[str, Any] | None = None) -> Callable[..., None
             same = SymbolicBool(z3.And(*[e for _, e in eqs]))
         if not same:
             fail(v, "differs from the spec on " + ", ".join(k for k, e in eqs if not holds(e)))
+        reached(v)
         sample(v)
 
     check.__signature__ = _signature(SLOTS)  # type: ignore[attr-defined]
@@ -347,6 +331,7 @@ def _inputs_check(cls: type) -> Callable[..., None]:
             fail(v, "the config reads its parameters otherwise than the spec")
         if constructed(made) != booted:
             fail(v, "the constructor leaves other state for this config than the plan check's")
+        reached(v)
 
     check.__signature__ = _signature(SLOTS)  # type: ignore[attr-defined]
     return check

@@ -11,7 +11,11 @@ Verdicts: ``proved`` only when CrossHair reports every path explored and none
 disagreed; ``refuted`` with concrete inputs, realized from the disagreeing
 path's model and replayed concretely by the caller; ``unknown`` for everything
 else (a path CrossHair could not finish, a value it had to make concrete, a
-call it could not model, the iteration or time cap), with the reason.
+call it could not model, the iteration or time cap), with the reason. "Every path
+explored" says nothing when no path gets past the precondition, so a check ends
+each passing path with ``reached``: the outcome counts those paths and which
+configuration classes (chunked or not, gate on or off, ...) their conditions admit,
+and the caller fails a check that no path passed or a class no path reached.
 
 While a check runs, ``min`` and ``max`` of symbolic ints are one term, not a branch
 per comparison (``densegate.proofs.refinement.branchless``): the same values on
@@ -44,8 +48,10 @@ from densegate.spec.machine import Frame, Machine
 
 __all__ = [
     "MAX_ITERATIONS",
+    "Classes",
     "Outcome",
     "admit",
+    "admitted_classes",
     "agrees",
     "explore",
     "fail",
@@ -53,6 +59,7 @@ __all__ = [
     "holds",
     "keyword_signature",
     "pinned",
+    "reached",
     "sample",
     "term",
 ]
@@ -61,6 +68,9 @@ MAX_ITERATIONS = 2_000
 """Paths CrossHair may try per check; running out is ``unknown``, never a pass."""
 CPU_SECONDS = 60.0
 """CrossHair's own per-check cap, in CPU seconds (a safety net: the iteration cap binds first)."""
+PATH_RLIMIT = 50_000_000
+"""z3 resource budget of one coverage query (a class against a path or a precondition);
+running out counts as not covered, which fails the check, never passes it."""
 
 
 @dataclass(frozen=True)
@@ -75,10 +85,22 @@ class Outcome:
     samples: tuple[dict[str, Any], ...] = ()
     """Inputs of paths that agreed with the spec, one a path where the check takes them
     (``sample``): states to try broken variants on first."""
+    passed: int = 0
+    """Paths that got past the precondition and every check (``reached``): 0 means the
+    precondition admitted nothing, whatever CrossHair says of the paths it explored."""
+    covered: frozenset[str] = frozenset()
+    """The configuration classes (``explore``'s ``classes``) some such path admits."""
 
+
+Classes = Mapping[str, Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef]]
+"""Configuration classes by name (say, "chunked prefill off"), each a formula over the
+check's arguments as z3 terms."""
 
 _WITNESSES: list[tuple[dict[str, Any], str]] = []
 _SAMPLES: list[dict[str, Any]] = []
+_CLASSES: dict[str, Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef]] = {}
+_COVERED: set[str] = set()
+_PASSED: list[int] = [0]
 
 
 def NoTracing() -> Any:
@@ -163,6 +185,43 @@ def sample(values: Mapping[str, object]) -> None:
         _SAMPLES.append(read)
 
 
+def reached(values: Mapping[str, object]) -> None:
+    """The end of a path that passed every check: count it, and note each configuration
+    class its path condition admits (a fresh solver, so CrossHair's own is untouched)."""
+    with NoTracing():
+        _PASSED[0] += 1
+        todo = [name for name in _CLASSES if name not in _COVERED]
+        if not todo:
+            return
+        env = {k: term(v) for k, v in values.items()}
+        path = context_statespace().solver.assertions()
+        for name in todo:
+            s = z3.Solver()
+            s.set("rlimit", PATH_RLIMIT)
+            s.add(*path, _CLASSES[name](env))
+            if s.check() == z3.sat:
+                _COVERED.add(name)
+
+
+def admitted_classes(
+    check: Callable[..., None], pre: Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef],
+    classes: Classes,
+) -> tuple[bool, dict[str, bool]]:  # fmt: skip
+    """Whether ``pre`` has a model over ``check``'s arguments, and each class with it (z3 on
+    the precondition's own formula, fresh symbols, no path explored)."""
+    env: dict[str, z3.ExprRef] = {}
+    for name, param in inspect.signature(check).parameters.items():
+        env[name] = z3.Bool(name) if param.annotation in (bool, "bool") else z3.Int(name)
+
+    def sat(*extra: z3.BoolRef) -> bool:
+        s = z3.Solver()
+        s.set("rlimit", PATH_RLIMIT)
+        s.add(pre(env), *extra)
+        return bool(s.check() == z3.sat)
+
+    return sat(), {name: sat(cls(env)) for name, cls in classes.items()}
+
+
 class _Parameter(inspect.Parameter):
     """A parameter CrossHair's per-path deep copy of the arguments shares, not copies: it
     is immutable, and copying each (through its ``__reduce__``, traced) costs about a
@@ -212,11 +271,16 @@ def _incremental_solver() -> VersionedSolver:
 
 
 def explore(
-    check: Callable[..., None], *, max_iterations: int = MAX_ITERATIONS, incremental: bool = False
+    check: Callable[..., None],
+    *,
+    max_iterations: int = MAX_ITERATIONS,
+    incremental: bool = False,
+    classes: Classes | None = None,
 ) -> Outcome:
     """Run CrossHair over every path of ``check`` (asserts mode: leading asserts are the
     precondition) and translate its verdict; only "confirmed over all paths" proves.
-    ``incremental``: each path's queries go to one incremental z3 solver."""
+    ``incremental``: each path's queries go to one incremental z3 solver. ``classes``:
+    the configuration classes whose coverage the outcome reports (``reached``)."""
     stats: collections.Counter[str] = collections.Counter()
     options = AnalysisOptionSet(
         analysis_kind=[AnalysisKind.asserts],
@@ -227,6 +291,10 @@ def explore(
     )
     _WITNESSES.clear()
     _SAMPLES.clear()
+    _CLASSES.clear()
+    _CLASSES.update(classes or {})
+    _COVERED.clear()
+    _PASSED[0] = 0
     sys.modules.setdefault(_HOME, types.ModuleType(_HOME))
     check.__module__ = _HOME
     default_solver = statespace.make_default_solver
@@ -241,13 +309,14 @@ def explore(
     seconds = time.perf_counter() - t0
     paths = stats["num_paths"]
     kinds = {m.state for m in messages}
+    seen = (tuple(_SAMPLES), _PASSED[0], frozenset(_COVERED))
     if kinds == {MessageType.CONFIRMED}:
         detail = f"every path explored ({paths})"
-        return Outcome("proved", seconds, paths, None, detail, tuple(_SAMPLES))
+        return Outcome("proved", seconds, paths, None, detail, *seen)
     bad = [m for m in messages if m.state in (MessageType.POST_FAIL, MessageType.EXEC_ERR)]
     if bad and _WITNESSES:
         witness, detail = _WITNESSES[-1]
-        return Outcome("refuted", seconds, paths, witness, detail, tuple(_SAMPLES))
+        return Outcome("refuted", seconds, paths, witness, detail, *seen)
     if not messages:
         why = "CrossHair found no check to run"
     elif MessageType.CANNOT_CONFIRM in kinds:
@@ -258,4 +327,4 @@ def explore(
         )
     else:
         why = "; ".join(f"{m.state.name}: {m.message}" for m in messages)
-    return Outcome("unknown", seconds, paths, None, why, tuple(_SAMPLES))
+    return Outcome("unknown", seconds, paths, None, why, *seen)

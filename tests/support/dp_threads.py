@@ -201,6 +201,7 @@ def run_group(
             mine: RankHooks = FaultHooks(tuple(faults), on_crash=crash)
             if hooks is not None:
                 mine = chain(mine, hooks)
+
             # Each phase's reports as it ends, as rank_main writes them: a rank that dies
             # later has still reported the phases it finished.
             def report(so_far: list[RankReport]) -> None:

@@ -1,0 +1,189 @@
+"""What the SGLang plugin reads from SGLang's flags and its own variable, checked before use.
+
+Kept free of SGLang imports so the checks (and their error messages) are tested
+and type-checked without SGLang installed.
+
+The pass budget K is SGLang's own ``--prefill-delayer-max-delay-passes`` (the
+flag means the same thing there: the most passes a prefill may be delayed).
+The rest comes from the environment variable ``DENSEGATE_SGLANG``, a JSON
+object, read in every scheduler process (SGLang starts them with the parent's
+environment, so every rank reads the same value)::
+
+    DENSEGATE_SGLANG='{"dense_tokens": 4096, "target_fill": 0.75, "stall_ticks": 8}'
+
+``dense_tokens`` defaults to the prefill room of one SGLang pass:
+``min(--max-prefill-tokens, --chunked-prefill-size)`` (chunked prefill off:
+``--max-prefill-tokens``), so a dense pass is always reachable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from densegate.impl.dp_gate import AlignedGateConfig
+from densegate.impl.gate import Reason
+from densegate.impl.validation import is_int
+
+__all__ = [
+    "ENV_VAR",
+    "SUPPORTED_SGLANG",
+    "PluginSettings",
+    "UnsupportedSglangVersion",
+    "check_sglang_version",
+    "default_dense_tokens",
+    "gate_config",
+    "settings_from_env",
+    "sglang_reason",
+]
+
+ENV_VAR = "DENSEGATE_SGLANG"
+"""The environment variable holding the plugin's own settings (a JSON object)."""
+
+SUPPORTED_SGLANG = ((0, 5, 23), (0, 5, 24))
+"""Supported SGLang releases: ``>= 0.5.23, < 0.5.24``. The plugin stands in for
+``PrefillDelayer`` behind SGLang's ``PrefillDelayerSinglePassExecutor`` (its private
+``_negotiate_should_allow_prefill`` and ``_NegotiateOutput``), and wraps
+``Scheduler.get_new_batch_prefill``: internals that change between patch releases."""
+
+_KEYS = ("dense_tokens", "target_fill", "stall_ticks", "kv_pressure_valve", "kv_high_watermark")
+_K_FLAG = "--prefill-delayer-max-delay-passes"
+
+
+class UnsupportedSglangVersion(ImportError):
+    """The installed SGLang is outside ``SUPPORTED_SGLANG``."""
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts)
+
+
+def check_sglang_version(version: str) -> None:
+    """Raise ``UnsupportedSglangVersion`` unless ``version`` is in ``SUPPORTED_SGLANG``."""
+    lo, hi = SUPPORTED_SGLANG
+    wanted = f">={'.'.join(map(str, lo))},<{'.'.join(map(str, hi))}"
+    rel = _release(version)
+    if len(rel) < 3 or not (lo <= rel[:3] < hi):
+        raise UnsupportedSglangVersion(
+            f"densegate.integrations.sglang supports sglang{wanted} (it replaces the "
+            f"internals of sglang/srt/managers/prefill_delayer.py), but sglang {version!r} "
+            f"is installed; install 'sglang{wanted}' (pip install 'densegate[sglang]')"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSettings:
+    """The plugin's own settings; ``None`` for ``dense_tokens`` means SGLang's pass room."""
+
+    dense_tokens: int | None = None
+    target_fill: float = 1.0
+    stall_ticks: int = 0
+    kv_pressure_valve: bool = False
+    kv_high_watermark: float = 0.9
+    """KV pool usage (SGLang's max pool usage, 0..1) at or over which a rank reports
+    KV pressure; only read by the gate with ``kv_pressure_valve`` on."""
+
+
+def _where(key: str) -> str:
+    return f"{ENV_VAR}[{key!r}]"
+
+
+def settings_from_env(environ: Mapping[str, str]) -> PluginSettings:
+    """The settings in ``environ[ENV_VAR]`` (defaults when unset); a bad value names its key."""
+    text = environ.get(ENV_VAR, "").strip()
+    if not text:
+        return PluginSettings()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{ENV_VAR} must be a JSON object, got {text!r} ({e.msg})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{ENV_VAR} must be a JSON object of {list(_KEYS)}, got {text!r}")
+    unknown = sorted(str(k) for k in raw if k not in _KEYS)
+    if unknown:
+        raise ValueError(f"{ENV_VAR} has unknown keys {unknown}; known: {list(_KEYS)}")
+    dense = raw.get("dense_tokens")
+    fill = raw.get("target_fill", 1.0)
+    stall = raw.get("stall_ticks", 0)
+    valve = raw.get("kv_pressure_valve", False)
+    mark = raw.get("kv_high_watermark", 0.9)
+    if dense is not None and (not is_int(dense) or dense < 1):
+        raise ValueError(f"{_where('dense_tokens')} must be an int >= 1, got {dense!r}")
+    if isinstance(fill, bool) or not isinstance(fill, int | float) or not 0 < fill <= 1:
+        raise ValueError(f"{_where('target_fill')} must be a number in (0, 1], got {fill!r}")
+    if not is_int(stall) or stall < 0:
+        raise ValueError(
+            f"{_where('stall_ticks')} must be an int >= 0 (0 = the STALL valve off), got {stall!r}"
+        )
+    if not isinstance(valve, bool):
+        raise ValueError(f"{_where('kv_pressure_valve')} must be a bool, got {valve!r}")
+    if isinstance(mark, bool) or not isinstance(mark, int | float) or not 0 < mark <= 1:
+        raise ValueError(f"{_where('kv_high_watermark')} must be a number in (0, 1], got {mark!r}")
+    return PluginSettings(dense, float(fill), stall, valve, float(mark))
+
+
+def default_dense_tokens(max_prefill_tokens: int, chunked_prefill_size: int | None) -> int:
+    """One SGLang pass's prefill room: ``PrefillAdder``'s input budget, and its chunk if on."""
+    if not is_int(max_prefill_tokens) or max_prefill_tokens < 1:
+        raise ValueError(f"--max-prefill-tokens must be an int >= 1, got {max_prefill_tokens!r}")
+    if chunked_prefill_size is None or (is_int(chunked_prefill_size) and chunked_prefill_size <= 0):
+        return max_prefill_tokens
+    if not is_int(chunked_prefill_size):
+        raise ValueError(
+            f"--chunked-prefill-size must be an int (<= 0: off), got {chunked_prefill_size!r}"
+        )
+    return min(max_prefill_tokens, chunked_prefill_size)
+
+
+def gate_config(
+    settings: PluginSettings,
+    *,
+    max_delay_passes: object,
+    max_prefill_tokens: int,
+    chunked_prefill_size: int | None,
+) -> AlignedGateConfig:
+    """The aligned gate's config: K from SGLang's flag, the rest from ``settings``."""
+    if not is_int(max_delay_passes) or max_delay_passes < 1:
+        raise ValueError(f"{_K_FLAG} must be an int >= 1, got {max_delay_passes!r}")
+    room = default_dense_tokens(max_prefill_tokens, chunked_prefill_size)
+    dense = room if settings.dense_tokens is None else settings.dense_tokens
+    if dense > room:
+        raise ValueError(
+            f"{_where('dense_tokens')} must be <= one pass's prefill room {room} "
+            f"(min(--max-prefill-tokens, --chunked-prefill-size)): a larger one is never "
+            f"dense, got {dense!r}"
+        )
+    return AlignedGateConfig(
+        dense_tokens=dense,
+        max_hold_passes=max_delay_passes,
+        target_fill=settings.target_fill,
+        stall_ticks=settings.stall_ticks,
+        kv_pressure_valve=settings.kv_pressure_valve,
+    )
+
+
+_SGLANG_REASONS = {Reason.HOLD: "delay", Reason.BUDGET: "wait_timeout", Reason.EMPTY: ""}
+
+
+def sglang_reason(reason: Reason, waited: bool) -> str:
+    """The densegate reason in SGLang's outcome vocabulary (its metrics labels, its debug log).
+
+    HOLD is SGLang's ``delay``, BUDGET its ``wait_timeout`` (the budget is spent),
+    EMPTY its ``""`` (nobody can prefill); every other FIRE is ``wait_success``
+    after a hold and ``no_wait`` without one. densegate's own reason stays in the
+    plugin's decision log."""
+    label = _SGLANG_REASONS.get(reason)
+    if label is not None:
+        return label
+    return "wait_success" if waited else "no_wait"

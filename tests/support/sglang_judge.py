@@ -1,0 +1,99 @@
+"""Judging the SGLang plugin's recorded decisions: the DP spec per pass, the conformance kit's judge.
+
+A record is what one rank logged for one pass, as plain values (picklable across
+processes): ``(tick, fire, reason, hold_passes, reduced, local)`` with
+``reduced`` the summed vector (the gate's six slots first) and ``local`` the
+rank's own six-slot contribution.
+
+``dp_spec_mismatches`` replays the records through ``densegate.spec.dp_gate.DP``
+(the proved machine, with the rank's own summand and a clock it must ignore)
+and reports every pass where decision, reason or counter differ. ``kit_judge``
+runs the conformance kit's per-pass judge (P1-P7 and agreement with the
+single-rank spec): with ``T = B``, stall and KV valves off, the aligned gate on
+N ranks is the single-rank gate fed ``w = B`` when every rank waits and the
+fill reaches ``N * B`` and ``min(F, B - 1)`` otherwise (D6/D7), so the kit
+judges the recorded decisions on that input.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from densegate.impl.dp_gate import AlignedGateConfig
+from densegate.impl.gate import Decision, GateConfig, GateInput, Reason
+
+Record = tuple[int, bool, str, int, tuple[int, ...], tuple[int, ...]]
+
+
+def dp_spec_mismatches(
+    records: list[Record], cfg: AlignedGateConfig, world: int
+) -> list[tuple[int, Any, Any]]:
+    """Passes where the recorded (fire, reason, h) differ from the DP spec's."""
+    from densegate.spec.dp_gate import DP
+    from densegate.spec.machine import evaluate
+
+    params = {
+        "B": cfg.dense_tokens,
+        "K": cfg.max_hold_passes,
+        "N": world,
+        "T": cfg.fill_tokens,
+        "S": cfg.stall_ticks,
+        "kv": cfg.kv_pressure_valve,
+        "enabled": cfg.enabled,
+    }
+    state = {"h": 0, "q": 0, "g": 0}
+    bad = []
+    for tick, fire, reason, hold, reduced, local in records:
+        obs = dict(zip(("W", "F", "D", "P", "C"), reduced[1:6], strict=True))
+        obs |= {"t": tick, "lw": local[1], "lf": local[2], "ld": local[3], "lp": local[4]}
+        obs["clock"] = 7 * tick + 3  # any clock: the decision must not read it
+        _, out, nxt = evaluate(DP, params, state, obs)
+        want = (bool(out["fire"]), str(out["reason"]), int(nxt["h"]))
+        if (fire, reason, hold) != want:
+            bad.append((tick, (fire, reason, hold), want))
+        state = {k: int(nxt[k]) for k in ("h", "q", "g")}
+    return bad
+
+
+def kit_judge(records: list[Record], cfg: AlignedGateConfig, world: int) -> dict[str, Any]:
+    """The conformance kit's first violation per property ({} when none)."""
+    from densegate.testing import GateRun, Observation
+    from densegate.testing.driver import Driver
+
+    if cfg.fill_tokens != cfg.dense_tokens or cfg.stall_ticks or cfg.kv_pressure_valve:
+        raise ValueError(f"kit_judge needs T = B and both valves off, got {cfg}")
+    B = cfg.dense_tokens
+    inputs = []
+    for _, _, _, _, reduced, _ in records:
+        W, F, D = reduced[1], reduced[2], reduced[3]
+        w = B if W == world and F >= world * B else min(F, B - 1) if W else 0
+        inputs.append(GateInput(w, D))
+    obs = tuple(Observation(i.waiting_tokens, i.decode_seqs, i.decode_seqs, 0) for i in inputs)
+
+    class Recorded:
+        def __init__(self, _cfg: GateConfig) -> None:
+            self.i = 0
+            self.h = 0
+
+        @property
+        def hold_passes(self) -> int:
+            return self.h
+
+        def decide(self, inp: GateInput) -> Decision:
+            _, fire, reason, hold, _, _ = records[self.i]
+            assert inp == inputs[self.i]
+            self.i += 1
+            self.h = hold
+            return Decision(fire, Reason[reason])
+
+    gate_cfg = GateConfig(B, cfg.max_hold_passes, cfg.enabled)
+    return dict(Driver(Recorded).outcome(GateRun(gate_cfg, obs)).first)
+
+
+def longest_hold_run(records: list[Record]) -> int:
+    """The most consecutive HOLD passes."""
+    best = run = 0
+    for _, fire, _, _, _, _ in records:
+        run = 0 if fire else run + 1
+        best = max(best, run)
+    return best
