@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from densegate.cli.bench_names import BENCH_STALL_DEFAULT, POLICY_NAMES, WORKLOAD_NAMES
-from densegate.cli.flag_types import count
-from densegate.cli.options import add_alias, add_quiet, add_threads, threads
+from densegate.cli.flag_types import count, device, output_dir
+from densegate.cli.options import MAX_REQUESTS, add_alias, add_quiet, add_threads, threads
 
 HELP = "replay seeded workloads through every policy and print one table per workload"
 
@@ -46,7 +46,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="null schedules only (figures in passes); torch runs the seeded model and adds "
         "milliseconds and tokens/s",
     )
-    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
+    p.add_argument(
+        "--device",
+        type=device,
+        default="cpu",
+        help="torch device: cpu, cuda or cuda:N (default cpu)",
+    )
     add_threads(p)
     p.add_argument(
         "--stall-passes",
@@ -61,10 +66,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     p.add_argument(
         "--requests",
-        type=count(1),
+        type=count(1, MAX_REQUESTS),
         metavar="N",
         help=f"requests per workload (default: each workload's size with the null runner, "
-        f"{TORCH_REQUESTS} with torch)",
+        f"{TORCH_REQUESTS} with torch; at most {MAX_REQUESTS})",
     )
     p.add_argument(
         "--cost",
@@ -89,7 +94,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "and pool the measured times (default 2 with torch)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", metavar="DIR", help="write TTFT CDF and prefill fill PNGs to DIR")
+    p.add_argument(
+        "--plot",
+        type=output_dir,
+        metavar="DIR",
+        help="write TTFT CDF and prefill fill PNGs to DIR (checked before the runs)",
+    )
     add_quiet(p)
 
 

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 HELP = "check a gate (module:factory) or the shipped policies against the proved machine"
 
+MAX_EXAMPLES = 10_000
+"""The most runs one search may generate: 50 times the default, minutes per policy; more
+would run for hours printing nothing."""
+
 
 STORAGE_ENV = "HYPOTHESIS_STORAGE_DIRECTORY"
 """Hypothesis' own variable for where it keeps its files; ``conform`` sets it for its run."""
@@ -81,9 +85,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print exactly one JSON object")
     p.add_argument(
         "--max-examples",
-        type=count(1),
+        type=count(1, MAX_EXAMPLES),
         metavar="N",
-        help="runs generated per search (default 200)",
+        help=f"runs generated per search (default 200, at most {MAX_EXAMPLES})",
     )
     p.add_argument(
         "--prove",
@@ -111,12 +115,31 @@ def _load(target: str) -> Callable[..., Any]:
         raise ValueError(f"target must look like module:factory, got {target!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # so local modules resolve, as with python -m
-    obj: Any = import_module(module_name)
+    try:
+        obj: Any = import_module(module_name)
+    except (ImportError, AttributeError):
+        raise
+    except Exception as e:  # the module itself is broken: a SyntaxError, or what it raises
+        raise ValueError(f"importing {module_name} raised {type(e).__name__}: {e}") from None
     for part in attr.split("."):
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"{target} is not callable")
+    _probe(target, obj)
     return obj  # type: ignore[no-any-return]
+
+
+def _probe(target: str, factory: Callable[..., Any]) -> None:
+    """Refuse a factory that returns None, named as such (the search would only see "the
+    same object twice"); one that raises is left to the runs, which report it pass by pass."""
+    from densegate.impl.gate import GateConfig
+
+    try:
+        gate = factory(GateConfig(4, 2))
+    except Exception:
+        return
+    if gate is None:
+        raise ValueError(f"{target} returned None: it must return a fresh gate")
 
 
 def _table(reports: list[ConformanceReport]) -> str:

@@ -227,7 +227,7 @@ def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--max-model-len",
-        type=count(1),
+        type=count(2),
         default=_Default(REF.max_model_len),
         metavar="N",
         help=f"longest prompt + output (default {REF.max_model_len}; with --model, the "

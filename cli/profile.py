@@ -5,14 +5,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from densegate.cli.flag_types import count, nonnegative_float
+from densegate.cli.flag_types import count, device, nonnegative_float, output_file
 from densegate.cli.options import add_alias, add_quiet, add_threads, threads
 
 HELP = "time the torch runner's pass kinds over a grid, fit the pass-time model, write a profile"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
+    p.add_argument(
+        "--device",
+        type=device,
+        default="cpu",
+        help="torch device: cpu, cuda or cuda:N (default cpu)",
+    )
     p.add_argument(
         "--model",
         metavar="DIR",
@@ -20,10 +25,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "tiny built-in model)",
     )
     p.add_argument(
+        "--max-model-len",
+        type=count(2),
+        metavar="N",
+        help="the longest sequence a timed pass may reach (default: 4096, or the model's "
+        "max_position_embeddings if smaller): grid points past it are clipped to it",
+    )
+    p.add_argument(
         "--out",
+        type=output_file,
         default="densegate-profile.json",
         metavar="FILE",
-        help="profile JSON to write (default densegate-profile.json)",
+        help="profile JSON to write (default densegate-profile.json; checked before the run)",
     )
     p.add_argument(
         "--rounds",
@@ -64,6 +77,7 @@ def main(args: argparse.Namespace) -> int:
             repeats=args.repeats,
             grid=GRIDS[args.grid](),
             collective_ms=args.collective_ms,
+            max_model_len=args.max_model_len,
             progress=None if args.quiet else lambda s: print(s, file=sys.stderr, flush=True),
         )
     except ValueError as e:

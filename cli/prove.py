@@ -11,6 +11,8 @@ import argparse
 import json
 import time
 
+from densegate.cli.flag_types import count
+
 HELP = (
     "prove every obligation in its stated scope (the report's scope column: all parameters, "
     "or which parameters it fixes or the bound it is checked to) and refute each of its "
@@ -37,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=count(0),
         default=0,
         metavar="N",
         help="worker processes (default 0: one per CPU, at most 8; 1: no workers); "

@@ -16,7 +16,7 @@ from typing import Any
 
 from densegate.cli.bench_names import WORKLOAD_NAMES
 from densegate.cli.flag_types import count, positive_float
-from densegate.cli.options import add_alias, add_quiet
+from densegate.cli.options import MAX_REQUESTS, add_alias, add_quiet
 
 HELP = "propose dense_tokens (B) and max_hold_passes (K) for a workload and a TTFT target"
 
@@ -79,9 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_alias(p, "--max-hold", "max_hold", nargs="+")
     p.add_argument(
         "--requests",
-        type=count(1),
+        type=count(1, MAX_REQUESTS),
         metavar="N",
-        help="requests per workload (default: each workload's size)",
+        help=f"requests per workload (default: each workload's size; at most {MAX_REQUESTS})",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

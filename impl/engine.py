@@ -231,6 +231,7 @@ class Engine:
         ended = [r for r in self._deferred if not r.status.ended]
         for r in ended:
             self.scheduler.abort(r)
+            self._strikes.forget(r)
         self._live -= len(ended)
         self._deferred.clear()
         return ended
@@ -321,9 +322,8 @@ class Engine:
         self._held = outputs + [self._output(r, []) for r in ended] + self._held
         if not isinstance(error, Exception):
             return None
-        return PassFailed(
-            batch.index, error, [r.request_id for r in aborted], [r.request_id for r in retrying]
-        )
+        again = [r.request_id for r in retrying if not r.status.ended]  # not aborted since
+        return PassFailed(batch.index, error, [r.request_id for r in aborted], again)
 
     def _drain_unreported(self) -> list[RequestOutput]:
         outputs = self._held + [self._output(r, []) for r in self._unreported]

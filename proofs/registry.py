@@ -104,8 +104,9 @@ LEVELS: tuple[Level, ...] = (
     ),
     Level(
         "scheduler",
-        "the scheduler (S1-S11) at block size 2: S8 at 3 request slots, the others for any "
-        "number of requests",
+        "the scheduler (S1-S11) at block size 2, its gate without the STALL valve: S8 at 3 "
+        "request slots; the others on slot-free machines for any number of requests, given "
+        "facts that S8 checks of the per-slot scheduler at 3 request slots",
         tuple(f"S{i}" for i in range(1, 12)),
         (
             _scheduler("ledger", "LEDGER_OBLIGATIONS"),
@@ -125,7 +126,8 @@ LEVELS: tuple[Level, ...] = (
     ),
     Level(
         "refinement",
-        "the shipped PrefillGate and AlignedGate refine their machines (R1, R2), every path",
+        "the shipped PrefillGate and AlignedGate refine their machines (R1, R2), every path, "
+        "gate and valves on and off",
         ("R1", "R2"),
         (Source("densegate.proofs.refinement.obligations", "REFINEMENT_OBLIGATIONS"),),
     ),

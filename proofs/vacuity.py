@@ -26,6 +26,7 @@ from typing import Any
 
 import z3
 
+from densegate.proofs import queries
 from densegate.proofs.obligation import Obligation, Prop
 from densegate.proofs.queries import Unroller, satisfiable, solver, valid
 from densegate.proofs.results import CheckResult
@@ -76,15 +77,26 @@ def _describe(t: z3.BoolRef, width: int = 200) -> str:
 
 
 def _totality(ob: Obligation, machine: Machine) -> CheckResult:
-    """Every invariant state admits an observation under which some command is enabled."""
+    """Every invariant state admits an observation under which some command is enabled.
+
+    The query is quantified (an observation exists), and z3's quantifier instantiation
+    depends on the ids of the terms it is given, which depend on everything built
+    before in the process: so it runs in a z3 context of its own, into which the query
+    is translated, and gets the same ids, and the same answer, on every run."""
     u = Unroller(machine, ob.monitors)
     p, f = machine.params(), u.frame("0")
     cmds = machine.commands(p, f.state, f.obs)
     some = z3.And(machine.obs_ok(p, f.state, f.obs), z3.Or(*[c.guard for c in cmds]))
     obs = list(f.obs.values())
     goal = z3.Exists(obs, some) if obs else some
-    s = solver(ob.solver_options)
-    s.add(machine.param_ok(p), ob.invariant(p, f.state), z3.Not(goal))
+    query = z3.And(machine.param_ok(p), ob.invariant(p, f.state), z3.Not(goal))
+    ctx = z3.Context()
+    steps = [z3.Tactic(t, ctx) for t in ("simplify", "propagate-values", "solve-eqs", "smt")]
+    s = z3.Then(*steps).solver()
+    s.set("rlimit", queries.RLIMIT)
+    for k, v in ob.solver_options.items():
+        s.set(k, v)
+    s.add(query.translate(ctx))
     t0 = time.perf_counter()
     answer = s.check()
     seconds = time.perf_counter() - t0
@@ -92,7 +104,8 @@ def _totality(ob: Obligation, machine: Machine) -> CheckResult:
         return CheckResult(TOTALITY, "unsat", seconds)
     if answer == z3.unknown:
         return CheckResult(TOTALITY, "unknown", seconds, s.reason_unknown())
-    state = {k: model_value(s.model(), v) for k, v in f.state.items()}
+    model = s.model()
+    state = {k: model_value(model, v.translate(ctx)) for k, v in f.state.items()}
     shown = ", ".join(f"{k}={v}" for k, v in list(state.items())[:12])
     why = (
         "an invariant state admits no observation with an enabled command, so every claim "

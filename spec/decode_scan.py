@@ -50,7 +50,9 @@ class DecodeScan(Machine):
         self.out_sorts = {"dec": z3.Bool, "victims": z3.Int}
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
-        return z3.And(p["N"] >= 1, p["run0"] >= 0)
+        """Blocks for at least the smallest request (prompt 1, one output), as the per-slot
+        machine's parameters demand of each of its requests: else no turn could follow."""
+        return z3.And(p["N"] >= 1, self.m.blocks_for(z3.IntVal(2)) <= p["N"], p["run0"] >= 0)
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
         """The pass after step 0: blocks conserved, each running request holds >= 1."""

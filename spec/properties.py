@@ -120,25 +120,32 @@ PROPERTIES: tuple[Property, ...] = (
     Property(
         "R1",
         "PrefillGate refines the gate",
-        "code refines model: a fresh PrefillGate starts at the spec's h = 0, and from every "
-        "counter 0 <= h < K one call of decide_counts(w, d) or decide(GateInput(w, d)) returns "
-        "the spec's decision and reason and leaves the spec's next counter",
+        "code refines model: for every B, K >= 1, gate on or off and stall_passes S >= 0, a "
+        "fresh PrefillGate starts in the spec's initial state, and from every counter 0 <= h "
+        "< K and stall memory q, n >= 0 one call of decide_counts(w, d) or "
+        "decide(GateInput(w, d)) returns the spec's decision and reason and leaves the spec's "
+        "next counter; the spec is the gate (P1-P7) with the STALL valve off (S = 0) and the "
+        "stall gate (V1-V4), next stall memory included, with it on (S > 0)",
     ),
     Property(
         "R2",
         "AlignedGate refines the DP gate",
-        "code refines model: for any number of ranks N, from every state (0 <= h < K, any "
-        "stall memory) one call of AlignedGate.decide on any reduced vector and tick the "
-        "spec admits returns the spec's decision and reason and leaves the spec's next state",
+        "code refines model: for any number of ranks N and every configuration (gate, KV "
+        "valve and STALL valve each on or off; fill_tokens any T in [1, B]), from every state "
+        "(0 <= h < K, any stall memory) one call of AlignedGate.decide on any reduced vector "
+        "and tick the spec admits returns the spec's decision and reason and leaves the "
+        "spec's next state",
     ),
     Property(
         "R3",
         "Scheduler plans as the spec scheduler",
-        "code refines model: from every state the scheduler invariant allows, one pass planned "
-        "by Scheduler (plan, then observe) shows the gate the spec's observation (w, d) = "
+        "code refines model, at 2 requests and block size 2: from every state the scheduler "
+        "invariant allows, chunked prefill or not, gate on or off, one pass planned by "
+        "Scheduler (plan, then observe) shows the gate the spec's observation (w, d) = "
         "(min(planned prefill tokens, B), decoding sequences), decodes, preempts, chunks and "
         "admits exactly the requests the spec's plan does, and keeps each request running or "
-        "queued as the spec's status says, the queue in arrival order",
+        "queued as the spec's status says, the queue in arrival order (arrivals, aborts and "
+        "the commit not executed)",
     ),
 )
 """Every property, in report order."""

@@ -59,10 +59,10 @@ def test_proved_and_every_mutant_refuted_with_a_trace(
     if o["about"] == "model":
         names = [c["name"] for c in o["checks"]]
         assert names[:3] == ["initiation", "consecution", "property"], names
-        assert o["premise_satisfiable"] is True and o["exactly_one_command"] is True, _why(o)
-        assert all(t["reachable"] for t in o["triggers"]), o["triggers"]
+        _assert_not_vacuous_model(o, ob)
     else:
         assert all(c["name"].endswith(": every path") for c in o["checks"]), o["checks"]
+        _assert_every_class_reached(o, ob)
     # every mutant the obligation carries ran, and each was refuted by a real trace
     assert o["mutants"], "an obligation with no broken variant shows nothing it catches"
     assert [m["name"] for m in o["mutants"]] == [m.name for m in ob.mutants]
@@ -72,6 +72,32 @@ def test_proved_and_every_mutant_refuted_with_a_trace(
         assert [row["pass"] for row in m["trace"]] == list(range(len(m["trace"]))), m["name"]
         assert m["trace"] and all(row for row in m["trace"]), m["name"]
         assert m["display"] is None or len(m["display"]) == len(m["trace"]), m["name"]
+
+
+def _assert_not_vacuous_model(o: dict[str, Any], ob: Any) -> None:
+    """Initial state, premise, totality, one command, every trigger reached in time."""
+    assert o["initial_state_satisfiable"] is True, _why(o)
+    assert o["premise_satisfiable"] is True, _why(o)
+    assert o["total"] is True, _why(o)
+    assert o["exactly_one_command"] is True, _why(o)
+    assert o["reach_depth"] == ob.reach_depth >= 1
+    for t in o["triggers"]:
+        assert t["reachable"] and t["within"] == ob.reach_depth, t
+        assert 0 <= t["at_pass"] < ob.reach_depth, t
+    assert o["precondition_satisfiable"] is None and o["coverage"] == []
+
+
+def _assert_every_class_reached(o: dict[str, Any], ob: Any) -> None:
+    """Each check's precondition satisfiable and passed, each named class reached by it."""
+    assert o["precondition_satisfiable"] is True, o["sanity_checks"]
+    pre = [c for c in o["sanity_checks"] if c["name"].endswith(": precondition")]
+    assert [c["name"] for c in pre] == [f"{via}: precondition" for via in ob.checks], pre
+    assert all(c["status"] == "sat" for c in pre), pre
+    want = [(via, name) for via in ob.checks for name in ob.classes]
+    assert [(c["check"], c["class"]) for c in o["coverage"]] == want
+    assert all(c["satisfiable"] and c["reached"] for c in o["coverage"]), o["coverage"]
+    model_only = ("initial_state_satisfiable", "premise_satisfiable", "total")
+    assert all(o[k] is None for k in model_only) and o["triggers"] == []
 
 
 @pytest.mark.parametrize("lv", LEVELS, ids=[lv.name for lv in LEVELS])

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import densegate.proofs.prover as prover
+import densegate.proofs.queries as queries
 from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import GateConfig, GateInput, PrefillGate, Reason
 from densegate.proofs.dp_obligations import DP_MUTANTS, DP_OBLIGATIONS
@@ -222,7 +222,7 @@ def test_two_budgets_trace_shows_one_budget_spent_and_another_started(
 
 
 def test_resource_out_is_unknown_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prover, "RLIMIT", 1)
+    monkeypatch.setattr(queries, "RLIMIT", 1)
     r = prove(dataclasses.replace(_ob("D1"), mutants=[]))
     assert r.status == "unknown" and not r.ok
     assert any("limit" in c.reason or "canceled" in c.reason for c in r.checks), r.checks

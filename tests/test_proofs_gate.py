@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import z3
 
-import densegate.proofs.prover as prover
+import densegate.proofs.queries as queries
 from densegate.cli.main import main
 from densegate.impl import GateConfig, GateInput, PrefillGate
 from densegate.proofs.gate_obligations import GATE_MUTANTS, GATE_OBLIGATIONS
@@ -96,7 +96,7 @@ def test_mutant_traces_separate_mutant_from_implementation(
 
 
 def test_resource_out_is_unknown_not_proved(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prover, "RLIMIT", 1)
+    monkeypatch.setattr(queries, "RLIMIT", 1)
     r = prove(GATE_OBLIGATIONS[2])
     assert r.status == "unknown" and not r.ok
     assert any("limit" in c.reason or "canceled" in c.reason for c in r.checks), r.checks
@@ -120,7 +120,7 @@ def test_surviving_mutant_fails_the_run() -> None:
 def test_cli_exits_nonzero_when_something_is_not_proved(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(prover, "RLIMIT", 1)
+    monkeypatch.setattr(queries, "RLIMIT", 1)
     assert main(["prove", "--only", "P3"]) == 1
     assert "NOT all proved" in capsys.readouterr().out
 
@@ -165,5 +165,5 @@ def test_an_obligations_solver_options_reach_z3() -> None:
     """``solver_options`` are set on every query's solver: a name z3 does not know fails
     (when the solver runs), a known one runs."""
     with pytest.raises(z3.Z3Exception, match="no_such_option"):
-        prover._solver({"smt.no_such_option": 1}).check()
-    assert prover._solver({"smt.arith.solver": 2}).check() == z3.sat
+        queries.solver({"smt.no_such_option": 1}).check()
+    assert queries.solver({"smt.arith.solver": 2}).check() == z3.sat

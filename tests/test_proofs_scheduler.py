@@ -1,7 +1,8 @@
 """Scheduler-level proofs: their scopes, their traces, and the proofs at other scopes.
 
 ``densegate prove`` proves S1-S11 (``tests/test_proof_registry.py`` reads its run):
-all but S8 for any number of requests, S8 for all parameters at its fixed slot
+all but S8 on machines without request slots, for any number of requests given facts
+that only S8 ties to the per-slot scheduler, S8 for all parameters at its fixed slot
 count. Here each result says exactly that scope, each refuting trace of the run is
 a real run of its mutant (and, replayed on the real Scheduler, of the spec, not the
 mutant), S10 and S11 are proved again at other block sizes, and S8's window clause is
@@ -18,6 +19,7 @@ from densegate.proofs.obligation import Obligation
 from densegate.proofs.prover import prove
 from densegate.proofs.registry import level
 from densegate.proofs.scheduler.per_slot import BLOCK_SIZE, SLOTS
+from densegate.proofs.scheduler.scopes import NIGHTLY_SLOTS, S8_SLOTS, TEST_SLOTS
 from densegate.spec.machine import Machine, evaluate
 from densegate.spec.scheduler import SchedulerMachine
 from tests.support.prove_run import prove_run
@@ -44,11 +46,14 @@ ANY_R = {"S1", "S2", "S3", "S4", "S5", "S6", "S7", "S9", "S10", "S11"}
 request's life)."""
 SCANS = {"S7", "S9"}
 """Claims about one fold alone, with no block size: parametric outright. The others rest on
-S10 and S11, proved at block size 2: their scope says so."""
+facts about the per-slot scheduler that only S8 checks, at its slot counts: their scope
+says so, and they are not parametric."""
 
 
 def test_s1_to_s11_report_their_exact_scope(results: dict[str, dict[str, Any]]) -> None:
     assert list(results) == [f"S{i}" for i in range(1, 12)]
+    link = f"at {S8_SLOTS} requests ({TEST_SLOTS} in the tests, 5 and 6 nightly)"
+    assert NIGHTLY_SLOTS == (5, 6)
     for r in results.values():
         assert r["bound"] is None, r["id"]
         statement, scope = r["statement"], r["scope"]
@@ -61,7 +66,8 @@ def test_s1_to_s11_report_their_exact_scope(results: dict[str, dict[str, Any]]) 
                 continue
             assert not r["parametric"] and scope is not None, r["id"]
             assert scope.startswith(f"any number of requests, block size {BLOCK_SIZE}")
-            assert "argued" not in scope and f"{SLOTS} requests" not in scope, scope
+            # what stays bounded: the tie to the per-slot scheduler, at S8's slot counts
+            assert "S8" in scope and scope.endswith(link), (r["id"], scope)
             # the block size the proof fixes is in the statement, not only in the scope
             assert f"block size {BLOCK_SIZE}" in statement, r["id"]
         else:
@@ -70,7 +76,17 @@ def test_s1_to_s11_report_their_exact_scope(results: dict[str, dict[str, Any]]) 
             assert scope is not None and scope.startswith(f"{SLOTS} requests"), scope
             assert f"block size {BLOCK_SIZE}" in scope
             assert f"({SLOTS} requests, block size {BLOCK_SIZE})" in statement
+        if r["id"] not in {"S10", "S11"}:  # one request's life and the decode scan: no gate
+            assert "the gate without its STALL valve" in scope, (r["id"], scope)
         assert r["scope_statement"] == f"all other parameters; {scope}", r["id"]
+
+
+def test_the_slot_free_statements_say_what_their_facts_rest_on(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    for ob_id in ("S1", "S2", "S3", "S4", "S5", "S6"):
+        statement = results[ob_id]["statement"]
+        assert "given its" in statement, (ob_id, statement)
 
 
 def test_every_trigger_is_named_and_s6_proves_its_lemmas(
@@ -147,7 +163,7 @@ def test_the_tables_name_the_scope_s6_is_proved_for(
     from densegate.impl.traces.replay import S6_SCOPE
 
     scope = results["S6"]["scope"]
-    assert scope is not None and scope.startswith(S6_SCOPE + ":"), (scope, S6_SCOPE)
+    assert scope is not None and scope.startswith(S6_SCOPE), (scope, S6_SCOPE)
 
 
 @pytest.mark.parametrize("block_size", [1, 16])
@@ -159,8 +175,9 @@ def test_request_life_and_decode_scan_hold_at_other_block_sizes(block_size: int)
     for ob in (life_obligation(block_size), decode_obligation(block_size)):
         r = prove(ob)
         assert r.ok, (ob.id, block_size, r.checks, [(m.name, m.status) for m in r.mutants])
-        assert r.scope == f"any number of requests, block size {block_size}"
-        assert f"(block size {block_size})" in r.statement
+        assert r.scope is not None
+        assert r.scope.startswith(f"any number of requests, block size {block_size}:")
+        assert f"(block size {block_size}" in r.statement
 
 
 def test_the_per_slot_machine_changes_requests_only_through_the_one_request_functions() -> None:

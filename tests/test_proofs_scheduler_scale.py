@@ -4,7 +4,9 @@
 window's facts on the per-slot machine) at 3 slots, about 1 s. Consecution is the
 costly query: about 2-3 s at 4 slots, 20 s at 5, 2-3 min at 6 (a 2-core machine,
 past the prover's resource limit at 6). So this suite proves 4 slots in every
-profile, and 5 and 6 only in the ``nightly`` profile, with the limit lifted.
+profile, and 5 and 6 only in the ``nightly`` profile, with the limit lifted: the
+counts the scheduler scopes name (``densegate.proofs.scheduler.scopes``), read from
+there so they cannot drift apart.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ from dataclasses import replace
 
 import pytest
 
-from densegate.proofs import prover
+from densegate.proofs import prover, queries
 from densegate.proofs.scheduler.per_slot import (
     BLOCK_SIZE,
     PER_SLOT_OBLIGATIONS,
     invariant_of,
     per_slot_mutants,
 )
+from densegate.proofs.scheduler.scopes import NIGHTLY_SLOTS, TEST_SLOTS, per_slot_scope
 from densegate.spec.scheduler import SchedulerMachine
 from tests.support.profiles import NIGHTLY
 
@@ -32,17 +35,16 @@ _NIGHTLY_ONLY = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize(
-    "slots",
-    [4, pytest.param(5, marks=_NIGHTLY_ONLY), pytest.param(6, marks=_NIGHTLY_ONLY)],
+    "slots", [TEST_SLOTS, *(pytest.param(n, marks=_NIGHTLY_ONLY) for n in NIGHTLY_SLOTS)]
 )
 def test_per_slot_obligations_hold_at_more_slots(
     slots: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if slots > 4:
-        monkeypatch.setattr(prover, "RLIMIT", 0)  # 0: no resource limit
+    if slots > TEST_SLOTS:
+        monkeypatch.setattr(queries, "RLIMIT", 0)  # 0: no resource limit
     machine = SchedulerMachine(slots, BLOCK_SIZE)
     inv = invariant_of(machine)
-    scope = f"{slots} requests, block size {BLOCK_SIZE}"
+    scope = per_slot_scope(slots, BLOCK_SIZE)
     for ob in PER_SLOT_OBLIGATIONS:
         if ob.id not in PER_SLOT:
             continue

@@ -10,6 +10,7 @@ import zlib
 from typing import Any
 
 import pytest
+import z3
 
 from densegate.impl.dp_gate import AlignedGate
 from densegate.impl.gate import Decision, GateConfig, GateInput, PrefillGate
@@ -20,6 +21,7 @@ from densegate.spec.dp_gate import DP
 from densegate.spec.gate import GATE
 from densegate.spec.machine import evaluate
 from densegate.spec.properties import statement
+from densegate.spec.stall_gate import STALL_GATE
 from densegate.testing.strategies import GateRun, Observation
 from tests.support.prove_run import prove_run
 
@@ -46,16 +48,34 @@ def test_shipped_code_is_the_subject_and_every_path_the_scope(
 
 
 def _r1_disagrees(cls: type, entry: str, row: dict[str, Any], p: dict[str, Any]) -> bool:
-    g = cls(GateConfig(p["B"], p["K"], p["enabled"]))
-    if g.hold_passes != 0:
+    """Run ``cls`` on the witness and the spec machine for its valve setting: GATE with
+    the valve off (the counter), the stall gate with it on (counter and stall memory)."""
+    S = p["S"]
+    g = cls(GateConfig(p["B"], p["K"], p["enabled"], S))
+    if (g.hold_passes, *g.stall_memory) != (0, 0, 0):
         return True
-    g._h = row["h"]
+    g._h, g._last, g._quiet = row["h"], row["q"], row["n"]
     if entry == "decide":
         dec = g.decide(GateInput(row["w"], row["d"]))
     else:
         dec = g.decide_counts(row["w"], row["d"])
-    _, out, nxt = evaluate(GATE, p, {"h": row["h"]}, {"w": row["w"], "d": row["d"]})
-    return (dec.fire, dec.reason.name, g.hold_passes) != (out["fire"], out["reason"], nxt["h"])
+    obs = {"w": row["w"], "d": row["d"]}
+    if S == 0:
+        gp = {k: p[k] for k in ("B", "K", "enabled")}
+        _, out, nxt = evaluate(GATE, gp, {"h": row["h"]}, obs)
+        code: tuple[Any, ...] = (dec.fire, dec.reason.name, g.hold_passes)
+        return code != (out["fire"], out["reason"], nxt["h"])
+    state = {k: row[k] for k in ("h", "q", "n")}
+    _, out, nxt = evaluate(STALL_GATE, p, state, obs)
+    code = (dec.fire, dec.reason.name, g.hold_passes, *g.stall_memory)
+    return code != (out["fire"], out["reason"], nxt["h"], nxt["q"], nxt["n"])
+
+
+def test_r1_mutants_include_one_of_the_stall_valve_refuted_with_it_on(
+    reported: dict[str, dict[str, Any]],
+) -> None:
+    (res,) = [m for m in reported["R1"]["mutants"] if m["name"] == "stall_one_pass_late"]
+    assert res["status"] == "refuted" and res["params"]["S"] > 0, res
 
 
 def _r2_disagrees(cls: type, row: dict[str, Any], p: dict[str, Any]) -> bool:
@@ -152,6 +172,35 @@ def test_prove_conforms_refutes_with_runs_the_sampled_kit_confirms(
             obs = tuple(Observation(p[0], p[1], *(p[2:] or (p[1], p[0]))) for p in run["passes"])
             cfg = GateConfig(run["B"], run["K"], run["enabled"])
             assert x.prop.id in Driver(POLICIES[policy]).outcome(GateRun(cfg, obs)).first
+
+
+def test_prove_conforms_is_vacuous_on_a_false_precondition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from densegate.lab.baselines.policies import POLICIES
+    from densegate.proofs.refinement import conform
+
+    monkeypatch.setattr(conform, "_pre", lambda v: z3.BoolVal(False))
+    r = conform.prove_conforms(POLICIES["densegate"], passes=1, name="densegate")
+    assert not r.proved
+    assert {x.status for x in r.results} == {"vacuous"}, r.format()
+    assert all("precondition has no model" in x.detail for x in r.results)
+    assert "P1 VACUOUS: the precondition has no model" in r.format()
+
+
+def test_prove_conforms_is_vacuous_when_a_configuration_class_is_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A precondition that admits only enabled gates leaves "gate off" unexplored: every
+    property is then vacuous, not proved, naming the class."""
+    from densegate.lab.baselines.policies import POLICIES
+    from densegate.proofs.refinement import conform
+
+    real = conform._pre
+    monkeypatch.setattr(conform, "_pre", lambda v: z3.And(real(v), v["enabled"]))
+    r = conform.prove_conforms(POLICIES["densegate"], passes=1, name="densegate")
+    assert {x.status for x in r.results} == {"vacuous"}, r.format()
+    assert all("gate off" in x.detail for x in r.results), r.format()
 
 
 def test_conform_prove_cli_exit_status(capsys: pytest.CaptureFixture[str]) -> None:

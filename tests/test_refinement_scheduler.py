@@ -23,6 +23,7 @@ from densegate.proofs.refinement.scheduler_replay import spec_plan
 from densegate.proofs.refinement.symbolic import explore
 from densegate.proofs.registry import level
 from densegate.spec.machine import evaluate
+from densegate.spec.properties import statement
 from densegate.spec.scheduler import RUNNING, WAITING, SchedulerMachine
 from tests.support.prove_run import prove_run
 
@@ -44,6 +45,9 @@ def test_registered_as_its_own_level_with_its_bound() -> None:
     assert [o.id for o in level("refinement-scheduler").obligations()] == ["R3"]
     (ob,) = SCHEDULER_REFINEMENT_OBLIGATIONS
     assert ob.bound == "2 requests, block size 2" == f"{r3.SLOTS} requests, block size 2"
+    # the statement itself names the bound, as the property table words it
+    assert ob.statement == statement("R3")
+    assert f"at {r3.SLOTS} requests and block size {r3.BLOCK_SIZE}" in ob.statement
 
 
 def test_shipped_scheduler_checked_on_every_path(result: dict[str, Any]) -> None:

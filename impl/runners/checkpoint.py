@@ -238,8 +238,9 @@ def load_model(
                     part = dest[key][start : start + rows]
                     part.copy_(src)
                     if check_finite and not bool(torch.isfinite(part).all()):
+                        kind = str(dtype).removeprefix("torch.")
                         raise CheckpointError(
-                            f"{p}: tensor {n} holds NaN or infinite values (as {dtype}); "
+                            f"{p}: tensor {n} holds NaN or infinite values (as {kind}); "
                             "refused, as it would generate garbage (skip this check with "
                             "--no-finite-check, EngineConfig(check_weights=False))"
                         )

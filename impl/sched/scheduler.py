@@ -72,9 +72,7 @@ class Scheduler:
         self._aborted: list[Request] = []
         """Requests aborted since the last commit: a plan that runs one is stale."""
         self._preempted = 0
-        """Preemptions since the last commit, counted where they happen (``_preempt``): a
-        second ``plan()`` in one pass finds nothing left to preempt, but the first one's
-        preemptions were real, so the committed pass records them."""
+        """Preemptions since the last commit: a second ``plan()`` finds none, the first's count."""
 
     # -- queue management -------------------------------------------------------------
     def add(self, req: Request) -> None:
@@ -249,14 +247,9 @@ class Scheduler:
         return batch
 
     def undo(self, batch: ScheduledBatch) -> None:
-        """Take back the runner's part of the pass just committed, which failed: every chunk's
-        tokens are owed again (``num_computed`` back to the chunk's start), nothing was sampled.
-
-        The scheduler's part stands: the gate's decision, the pass index, preemptions,
-        admissions and the KV blocks they reserved. A request keeps its blocks and its slot
-        and has work the next pass plans (a prefill chunk, or its decode), so none is left
-        running with nothing to run. The pass log marks the pass ``failed``.
-        """
+        """Take back the runner's part of the pass just committed, which failed: each chunk is
+        owed again (``num_computed`` back to its start). The rest stands: decision, index,
+        preemptions, admissions, blocks (``densegate.impl.sched.failures``); the log marks it."""
         if batch.index != self._pass - 1:
             raise ValueError(
                 f"undo of pass {batch.index}: the last committed pass is {self._pass - 1}"

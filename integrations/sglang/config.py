@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.gate import Reason
 from densegate.impl.validation import is_int
+from densegate.integrations.versions import release
 
 __all__ = [
     "ENV_VAR",
@@ -55,25 +56,11 @@ class UnsupportedSglangVersion(ImportError):
     """The installed SGLang is outside ``SUPPORTED_SGLANG``."""
 
 
-def _release(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 def check_sglang_version(version: str) -> None:
     """Raise ``UnsupportedSglangVersion`` unless ``version`` is in ``SUPPORTED_SGLANG``."""
     lo, hi = SUPPORTED_SGLANG
     wanted = f">={'.'.join(map(str, lo))},<{'.'.join(map(str, hi))}"
-    rel = _release(version)
+    rel = release(version)
     if len(rel) < 3 or not (lo <= rel[:3] < hi):
         raise UnsupportedSglangVersion(
             f"densegate.integrations.sglang supports sglang{wanted} (it replaces the "

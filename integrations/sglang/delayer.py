@@ -106,31 +106,55 @@ class DenseGatePrefillDelayer:
             max_prefill_tokens=schedule.max_prefill_tokens,
             chunked_prefill_size=schedule.chunked_prefill_size,
         )
-        # Read by SGLang's executor (its attempted-batch estimate) as on its own delayer.
-        self.num_dp_ranks = int(parallel.num_dp_ranks)
-        self.attn_dp_enabled = bool(parallel.attn_dp_enabled)
-        self.world_size = self.num_dp_ranks if self.attn_dp_enabled else 1
-        self.gate = AlignedGate(self.gate_config, self.world_size)
         self.token_usage_low_watermark = token_usage_low_watermark  # not part of the gate
         nccl = (
             schedule.disable_overlap_schedule
             or envs.SGLANG_NCCL_ALL_GATHER_IN_OVERLAP_SCHEDULER_SYNC_BATCH.get()
         )
         tp = parallel.tp_group
-        self._group = tp.device_group if nccl else tp.cpu_group
-        self._device = tp.device if nccl else "cpu"
-        width = int(parallel.attn_cp_size) * int(parallel.attn_tp_size)
+        self._start(
+            num_dp_ranks=int(parallel.num_dp_ranks),
+            attn_dp_enabled=bool(parallel.attn_dp_enabled),
+            group=tp.device_group if nccl else tp.cpu_group,
+            device=tp.device if nccl else "cpu",
+            width=int(parallel.attn_cp_size) * int(parallel.attn_tp_size),
+            metrics_collector=metrics_collector,
+            debug_log=bool(sglang_delayer._DEBUG_LOG and debug_log_enabled),
+        )
+        _check_scheduler_hook()
+
+    def _start(
+        self,
+        *,
+        num_dp_ranks: int,
+        attn_dp_enabled: bool,
+        group: Any,
+        device: Any,
+        width: int,
+        metrics_collector: Any,
+        debug_log: bool,
+    ) -> None:
+        """Everything but SGLang's config reads (``gate_config`` and ``settings`` set first)."""
+        # Read by SGLang's executor (its attempted-batch estimate) as on its own delayer.
+        self.num_dp_ranks = num_dp_ranks
+        self.attn_dp_enabled = attn_dp_enabled
+        self.world_size = num_dp_ranks if attn_dp_enabled else 1
+        self.gate = AlignedGate(self.gate_config, self.world_size)
+        self._group = group
+        self._device = device
         self._buffer = torch.zeros(
-            (self.world_size, width, SLOTS), dtype=torch.int64, device=self._device
+            (self.world_size, width, SLOTS), dtype=torch.int64, device=device
         )
         self._metrics_collector = metrics_collector
-        self._debug_log_enabled = bool(sglang_delayer._DEBUG_LOG and debug_log_enabled)
+        self._debug_log_enabled = debug_log
         self.tick = 0
         self.log: collections.deque[GatePass] = collections.deque(maxlen=LOG_SIZE)
         self.counts: collections.Counter[Reason] = collections.Counter()
         self._pending: PassObservation | None = None
         self._held_since: float | None = None
-        _check_scheduler_hook()
+        self.reduce: Callable[[list[int]], list[int]] = self._gather_sum
+        """The pass's collective (a SUM over the DP ranks); an in-process stand-in may replace
+        it, as SGLang's own CPU test replaces its delayer's ``_gather_info``."""
 
     # -- what the pass could do --------------------------------------------------------
     def observe_pass(self, observation: PassObservation) -> None:
@@ -162,7 +186,7 @@ class DenseGatePrefillDelayer:
         self._pending = None
         pressured = float(token_usage) >= self.settings.kv_high_watermark
         local = RankObservation(obs.prefill_tokens, obs.decode_seqs, pressured, obs.partial_prefill)
-        total = self._sum([*self.gate.contribution(local), int(bool(local_prefillable))])
+        total = self.reduce([*self.gate.contribution(local), int(bool(local_prefillable))])
         reduced = ReducedObservation.from_sum(total[:VECTOR_SIZE], self.world_size)
         waited = self.gate.hold_passes
         decision = self.gate.decide(reduced, self.tick)
@@ -197,7 +221,7 @@ class DenseGatePrefillDelayer:
             wait_seconds=wait_s,
         )
 
-    def _sum(self, vector: list[int]) -> list[int]:
+    def _gather_sum(self, vector: list[int]) -> list[int]:
         """SUM over the DP ranks, through SGLang's all-gather of every TP rank's vector."""
         mine = torch.tensor(vector, dtype=torch.int64, device=self._device)
         all_gather_single(self._buffer.view(-1), mine, group=self._group)

@@ -16,8 +16,8 @@ token per running request with ``--enable-mixed-chunk``), the chunk budget
 SGLang's own prefill budget for the pool (free plus evictable tokens) less the
 decode room SGLang reserves for running requests (their clipped
 ``max_new_tokens`` left, times the new-token ratio) and, per admission, its
-extend plus clipped ``max_new_tokens`` plus a page; a request that does not fit
-stops the walk (without chunking), or is cut to what fits (with it).
+extend plus clipped ``max_new_tokens`` plus a page (a cut chunk reserves no
+decode room); a request that does not fit whole stops the walk, chunked or not.
 
 What it over-counts: prefix-cache hits of requests not yet matched this pass
 (it counts ``seqlen - prefix_len`` with the prefix of the last match, 0 for a
@@ -83,10 +83,10 @@ def observe(sched: Any, running_batch: Any, limit: int) -> PassObservation:
     tokens = 0
     if chunked is not None:
         owed = max(0, chunked.seqlen - chunked.prefix_len)
-        n = max(0, min(owed, budget, int(kv), chunk if chunk is not None else owed))
+        n = max(0, min(owed, int(kv), chunk if chunk is not None else owed))
         tokens += n
         budget -= n
-        kv -= n
+        kv -= n + page
         if chunk is not None:
             chunk -= n
     slots = min(
@@ -104,20 +104,20 @@ def observe(sched: Any, running_batch: Any, limit: int) -> PassObservation:
         if chunk is not None and chunk <= 0:
             break
         extend = max(0, req.seqlen - req.prefix_len)
-        need = extend + _decode_room(req, clip) + page
+        room = _decode_room(req, clip)
+        if extend + room + page >= kv:
+            break  # the whole request must fit the KV budget, chunked or not
         if chunk is None:
-            if need > kv or (admitted and extend >= budget):
-                break  # does not fit whole; without chunking the first may pass the cap
+            if admitted and extend >= budget:
+                break  # without chunking only the first request may pass the input cap
             take = extend
         else:
-            take = min(extend, chunk, budget)
-            if need > kv:
-                take = min(take, int(kv) - page)
-            if take <= 0:
-                break
+            take = min(extend, chunk)
+        if take <= 0:
+            break
         tokens += take
         budget -= take
-        kv -= need if take == extend else take
+        kv -= take + page + (room if take == extend else 0)  # a cut chunk reserves no decode
         if chunk is not None:
             chunk -= take
             if take < extend:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 
 from densegate.impl.gate import GateConfig
 from densegate.impl.validation import bool_problem, int_problem
+from densegate.integrations.versions import release
 
 __all__ = [
     "CONFIG_KEY",
@@ -40,24 +41,10 @@ class UnsupportedVllmVersion(ImportError):
     """The installed vLLM is outside ``SUPPORTED_VLLM``."""
 
 
-def _release(version: str) -> tuple[int, ...]:
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = ""
-        for ch in piece:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts)
-
-
 def check_vllm_version(version: str) -> None:
     """Raise ``UnsupportedVllmVersion`` unless ``version`` is in ``SUPPORTED_VLLM``."""
     (lo, hi) = SUPPORTED_VLLM
-    rel = _release(version)
+    rel = release(version)
     wanted = f">={lo[0]}.{lo[1]}.0,<{hi[0]}.{hi[1]}"
     if len(rel) < 2 or not (lo <= rel[:2] < hi):
         raise UnsupportedVllmVersion(

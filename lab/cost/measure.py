@@ -10,6 +10,7 @@ torch is imported only when a grid runs.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import statistics
@@ -43,6 +44,13 @@ class GridPoint:
 
     prefills: tuple[tuple[int, int], ...] = ()
     decodes: tuple[int, ...] = ()
+
+    def clipped(self, max_model_len: int) -> GridPoint:
+        """The point with no sequence past ``max_model_len``: a chunk shortened and moved
+        back, a decode context cut (a model with few positions is profiled on its own sizes)."""
+        top = max_model_len
+        pre = tuple((min(s, top - min(n, top)), min(n, top)) for s, n in self.prefills)
+        return GridPoint(pre, tuple(min(c, top) for c in self.decodes))
 
 
 def spread(rows: int, mean: int) -> tuple[int, ...]:
@@ -175,16 +183,26 @@ def profile_torch(
     grid: Sequence[GridPoint] | None = None,
     collective_ms: float = 0.0,
     progress: Callable[[str], None] | None = None,
+    max_model_len: int | None = None,
 ) -> Profile:
-    """Time ``default_grid`` (or ``grid``) on a fresh ``TorchRunner`` and fit the model."""
+    """Time ``default_grid`` (or ``grid``) on a fresh ``TorchRunner`` and fit the model.
+
+    ``max_model_len`` (default: 4096, or the model's ``max_position_embeddings`` if smaller)
+    bounds the grid (``GridPoint.clipped``), so a model with few positions is profiled too.
+    """
     import platform
 
     import torch
 
+    from densegate.impl.runners.model_config import ModelConfig
     from densegate.impl.runners.torch_runner import TorchRunner
 
-    runner = TorchRunner(PROFILE_LAYOUT, model_config, device=device, num_threads=threads)
-    samples = time_grid(runner, default_grid() if grid is None else grid, repeats, progress)
+    positions = (model_config or ModelConfig()).max_position_embeddings
+    limit = max_model_len or min(PROFILE_LAYOUT.max_model_len, positions or 4096)
+    points = [g.clipped(limit) for g in (default_grid() if grid is None else grid)]
+    layout = dataclasses.replace(PROFILE_LAYOUT, max_model_len=limit)
+    runner = TorchRunner(layout, model_config, device=device, num_threads=threads)
+    samples = time_grid(runner, points, repeats, progress)
     graph_rows = max(runner.buckets, default=0)
     model = fit(samples, graph_rows, collective_ms)
     cfg = runner.config
@@ -205,6 +223,7 @@ def profile_torch(
         },
         "dtype": "float32",
         "repeats": repeats,
+        "max_model_len": limit,
         "cuda_graph_rows": graph_rows,
     }
     return Profile(

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from densegate.impl.sched.batch import ScheduledBatch
-from densegate.impl.validation import check_int, check_nonnegative_float
+from densegate.impl.validation import (
+    check_int,
+    check_nonnegative_float,
+    int_problem,
+    number_problem,
+)
 
 __all__ = [
     "FEATURES",
@@ -103,9 +108,13 @@ class PassWork:
 
     @classmethod
     def from_list(cls, xs: Sequence[int]) -> PassWork:
-        if len(xs) != 6:
-            raise ValueError(f"PassWork needs 6 counts, got {list(xs)!r}")
-        return cls(*(int(x) for x in xs))
+        if not isinstance(xs, list) or len(xs) != 6:
+            raise ValueError(f"PassWork needs a list of 6 counts, got {xs!r}")
+        for x in xs:
+            why = int_problem("a PassWork count", x, 0)
+            if why is not None:
+                raise ValueError(why)
+        return cls(*xs)
 
 
 def kind_of(work: PassWork, graph_max_rows: int) -> str | None:
@@ -149,10 +158,15 @@ class LinearPassModel:
         for kind, cs in self.coefficients.items():
             if kind not in KINDS:
                 raise ValueError(f"unknown pass kind {kind!r}; kinds are {KINDS}")
-            if len(cs) != len(FEATURES):
+            if isinstance(cs, (str, bytes)) or len(cs) != len(FEATURES):
                 raise ValueError(
-                    f"pass kind {kind!r} needs {len(FEATURES)} coefficients, got {len(cs)}"
+                    f"pass kind {kind!r} needs {len(FEATURES)} coefficients, got {cs!r}"
                 )
+            for f, c in zip(FEATURES, cs, strict=True):
+                # A negative or NaN coefficient would price a pass below zero or as nothing.
+                why = number_problem(f"pass kind {kind!r} coefficient {f}", c, minimum=0.0)
+                if why is not None:
+                    raise ValueError(why)
         check_int("LinearPassModel", "graph_max_rows", self.graph_max_rows, 0)
         check_nonnegative_float("LinearPassModel", "collective_ms", self.collective_ms)
 

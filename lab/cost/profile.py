@@ -9,6 +9,7 @@ computed from a profile traces back to its inputs.
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from densegate.impl.figures import percentile
-from densegate.impl.validation import check_positive_float
+from densegate.impl.validation import check_positive_float, int_problem, number_problem
 from densegate.lab.cost.model import (
     FEATURES,
     KINDS,
@@ -186,25 +187,42 @@ class Profile:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> Profile:
+    def from_json(cls, d: object) -> Profile:
+        """A profile from its JSON; ``ValueError`` naming the first field that is wrong (a
+        negative or NaN coefficient too: it would model negative or empty times)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a profile is a JSON object, got a {type(d).__name__}")
         if d.get("format") != FORMAT:
             raise ValueError(f"not a {FORMAT} file (format {d.get('format')!r})")
-        m = d["model"]
+        m = _typed(d, "model", dict)
         model: LinearPassModel | RooflineModel
-        if m["form"] == "roofline":
-            model = RooflineModel(RooflineInputs.from_dict(m["inputs"]))
-        elif m["form"] == "linear":
-            if list(m["features"]) != list(FEATURES):
+        form = m.get("form")
+        if form == "roofline":
+            model = RooflineModel(RooflineInputs.from_dict(_typed(m, "inputs", dict)))
+        elif form == "linear":
+            if _typed(m, "features", list) != list(FEATURES):
                 raise ValueError(f"profile features {m['features']} are not {list(FEATURES)}")
-            model = LinearPassModel(
-                {k: tuple(v) for k, v in m["coefficients_ms"].items()},
-                int(m["graph_max_rows"]),
-                float(m["collective_ms"]),
-            )
+            coefs = _typed(m, "coefficients_ms", dict)
+            rows, coll = m.get("graph_max_rows"), m.get("collective_ms")
+            for why in (
+                int_problem("model.graph_max_rows", rows, 0),
+                number_problem("model.collective_ms", coll, minimum=0.0),
+            ):
+                if why is not None:
+                    raise ValueError(why)
+            kinds = {k: tuple(_typed(coefs, k, list)) for k in coefs}
+            model = LinearPassModel(kinds, rows, float(coll))
         else:
-            raise ValueError(f"unknown model form {m['form']!r}")
-        samples = [Sample(k, PassWork.from_list(w), float(ms)) for k, w, ms in d["samples"]]
-        return cls(d["name"], d["source"], d["inputs"], model, samples, d["fit_error"])
+            raise ValueError(f"unknown model form {form!r}")
+        samples = []
+        for i, row in enumerate(_typed(d, "samples", list)):
+            if not isinstance(row, list) or len(row) != 3:
+                raise ValueError(f"sample {i} must be [kind, work, ms], got {reprlib.repr(row)}")
+            kind, work, ms = row
+            samples.append(Sample(kind, PassWork.from_list(work), ms))
+        name, source = _typed(d, "name", str), _typed(d, "source", str)
+        inputs, errors = _typed(d, "inputs", dict), _typed(d, "fit_error", dict)
+        return cls(name, source, inputs, model, samples, errors)
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
@@ -213,9 +231,23 @@ class Profile:
         if text.startswith("roofline:"):
             return roofline_profile(text.split(":", 1)[1])
         try:
-            return cls.from_json(json.loads(Path(path).read_text()))
+            return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not valid JSON ({e})") from None
         except (KeyError, TypeError) as e:
             raise ValueError(f"{path}: malformed profile ({e!r})") from e
+
+
+def _typed(d: dict[str, Any], key: str, kind: type) -> Any:
+    """``d[key]``, which must be a ``kind`` (a JSON object, list or string)."""
+    value = d.get(key)
+    if not isinstance(value, kind):
+        names: dict[type, str] = {dict: "an object", list: "a list", str: "a string"}
+        what = names.get(kind, kind.__name__)
+        raise ValueError(f"{key} must be {what}, got {reprlib.repr(value)}")
+    return value
 
 
 def roofline_profile(gpu: str, shape: str = "llama-3.1-8b", **assumptions: Any) -> Profile:

@@ -13,7 +13,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from densegate.impl.validation import check_fraction, check_nonnegative_float
+from densegate.impl.validation import (
+    check_fraction,
+    check_int,
+    check_nonnegative_float,
+    check_positive_float,
+)
 from densegate.lab.cost.model import PassWork, kind_of
 
 __all__ = ["GPUS", "SHAPES", "GPUSpec", "ModelShape", "RooflineInputs", "RooflineModel"]
@@ -29,6 +34,10 @@ class GPUSpec:
     hbm_tb_s: float
     source: str
 
+    def __post_init__(self) -> None:
+        for name in ("peak_tflops", "hbm_tb_s"):
+            check_positive_float("GPUSpec", name, getattr(self, name))
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -43,6 +52,12 @@ class ModelShape:
     ffn_hidden: int
     vocab: int
     dtype_bytes: int = 2
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_hidden"):
+            check_int("ModelShape", name, getattr(self, name), 1)
+        check_int("ModelShape", "vocab", self.vocab, 1)
+        check_int("ModelShape", "dtype_bytes", self.dtype_bytes, 1)
 
     @property
     def layer_params(self) -> int:
@@ -109,6 +124,8 @@ class RooflineInputs:
             check_fraction("RooflineInputs", name, getattr(self, name))
         for name in ("launch_us", "graph_replay_us", "collective_us"):
             check_nonnegative_float("RooflineInputs", name, getattr(self, name))
+        check_int("RooflineInputs", "kernels_per_layer", self.kernels_per_layer, 0)
+        check_int("RooflineInputs", "graph_max_rows", self.graph_max_rows, 0)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -118,7 +135,10 @@ class RooflineInputs:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RooflineInputs:
         d = {k: v for k, v in d.items() if k != "shape_params"}
-        return cls(gpu=GPUSpec(**d.pop("gpu")), shape=ModelShape(**d.pop("shape")), **d)
+        gpu, shape = d.pop("gpu", None), d.pop("shape", None)
+        if not isinstance(gpu, dict) or not isinstance(shape, dict):
+            raise ValueError(f"roofline inputs need gpu and shape objects, got {gpu!r}, {shape!r}")
+        return cls(gpu=GPUSpec(**gpu), shape=ModelShape(**shape), **d)
 
     def describe(self) -> list[str]:
         """The inputs, one line each, for printing beside the figures they produce."""

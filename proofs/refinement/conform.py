@@ -228,7 +228,7 @@ def _check(
     hints = ", ".join(f"{n}: {'bool' if n == 'enabled' else 'int'}" for n in names)
     src = (
         f"def check({hints}) -> None:\n"
-        f"    assert admit(_pre, {', '.join(f'{n}={n}' for n in names if n != 'enabled')})\n"
+        f"    assert admit(_pre, {', '.join(f'{n}={n}' for n in names)})\n"
         f"    v = dict({', '.join(f'{n}={n}' for n in names)})\n"
         f"    steps = guarded(lambda: drive(v), v)\n"
         f"    if not holds(_judge(pid, {{'B': B, 'K': K, 'enabled': enabled}}, steps, K)):\n"

@@ -281,7 +281,7 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
 SCHEDULER_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
     RefinementObligation(
         "R3",
-        f"{sched.STATEMENT} (at {sched.SLOTS} requests, block size {sched.BLOCK_SIZE})",
+        sched.STATEMENT,
         Scheduler,
         sched.R3_CHECKS,
         sched_replay.TRACE_PARAMS,

@@ -43,6 +43,7 @@ from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import (
     Classes,
     NoTracing,
+    admit,
     fail,
     guarded,
     holds,
@@ -284,12 +285,17 @@ def _signature(slots: int) -> inspect.Signature:
     return keyword_signature({n: bool if n in _BOOLS else int for n in names})
 
 
-def _check(cls: type, at: Mapping[str, Any] | None = None) -> Callable[..., None]:
+def _check(
+    cls: type,
+    at: Mapping[str, Any] | None = None,
+    pre: Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef] | None = None,
+) -> Callable[..., None]:
     """One pass planned by ``cls`` (the shipped Scheduler or a mutant) against the spec;
-    ``at``: only on inputs that agree with it (a mutant's ``focus``, a partial state)."""
+    ``at``: only on inputs that agree with it (a mutant's ``focus``, a partial state);
+    ``pre``: another precondition than ``R3_PRECONDITION`` (a test's planted one)."""
 
     def check(**v: Any) -> None:
-        assert _admitted(v)
+        assert _admitted(v) if pre is None else admit(pre, **v)
         assert at is None or pinned(v, at)
         sched, reqs = guarded(lambda: build(cls, v), v)
         plan = guarded(sched.plan, v)

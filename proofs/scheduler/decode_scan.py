@@ -13,6 +13,7 @@ import z3
 from densegate.proofs.common import named_mutant
 from densegate.proofs.obligation import Obligation, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE, LIFE_HOOKS, request_ok
+from densegate.proofs.scheduler.scopes import decode_scope
 from densegate.spec.decode_scan import DecodeScan
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
@@ -94,7 +95,7 @@ def decode_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
         trace_depth=6,
         triggers=[_preempts, _takes_last],
         trigger_names=["a turn preempts", "a decode takes the last free block after a preemption"],
-        scope=f"any number of requests, block size {bs}",
+        scope=decode_scope(bs),
     )
 
 

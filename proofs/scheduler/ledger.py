@@ -1,11 +1,12 @@
-"""S1 and S2 for any number of requests, proved of the pass ledger.
+"""S1 and S2 for any number of requests on the pass ledger, given the ledger facts.
 
 ``PassLedger`` has no request slots; its observation is a pass's figures at
 each phase boundary, constrained by ``ledger_facts`` (sums of S10's
 per-request facts and the scans' results: S7, S9, S11). So no-idle (S1) and
-conservation of blocks and sequence slots (S2) hold for every number of
-requests, at the block size S10 and S11 are proved for. S8 checks on the
-per-slot machine (3 requests) that each of its passes meets the ledger facts.
+conservation of blocks and sequence slots (S2) hold of the ledger for every
+number of requests, at the block size S10 and S11 are proved for. That the
+per-slot scheduler's passes meet the ledger facts is checked only by S8, at a
+fixed number of request slots: the scope says so (``scopes``).
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import z3
 from densegate.proofs.common import named_mutant
 from densegate.proofs.obligation import Mutant, Obligation, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE
+from densegate.proofs.scheduler.scopes import slot_free_scope
 from densegate.spec.machine import Vars
 from densegate.spec.pass_ledger import PassLedger
 
 __all__ = ["LEDGER", "LEDGER_OBLIGATIONS", "LEDGER_SCOPE", "ledger_inv"]
 
 LEDGER = PassLedger()
-LEDGER_SCOPE = (
-    f"any number of requests, block size {LIFE_BLOCK_SIZE}: the ledger has no slots; its "
-    "facts are S10's per-request facts summed and S7, S9, S11's scans (any number)"
+LEDGER_SCOPE = slot_free_scope(
+    "pass ledger",
+    "ledger_facts (S10's per-request facts summed, S7, S9 and S11's scans)",
+    LIFE_BLOCK_SIZE,
 )
 
 
@@ -111,8 +114,9 @@ def _ledger_obligations() -> list[Obligation]:
         ob(
             "S1",
             "no deadlock: with any request waiting or running, the pass schedules a token "
-            f"(any number of requests, block size {LIFE_BLOCK_SIZE}: the ledger, from S7, S9, "
-            "S10 and S11)",
+            f"(on the pass ledger: any number of requests given its facts, from S7, S9, S10 "
+            f"and S11; block size {LIFE_BLOCK_SIZE}; the facts checked of the per-slot "
+            "scheduler only by S8, at its slot counts)",
             _no_idle,
             "tail_escape_on_running",
             [_all_partial, _empty_queue_only],
@@ -121,8 +125,9 @@ def _ledger_obligations() -> list[Obligation]:
         ob(
             "S2",
             "KV block and slot conservation: free + held = num_blocks, free >= 0, and at most "
-            "max_num_seqs requests running, every pass (any number of requests, block size "
-            f"{LIFE_BLOCK_SIZE}: the ledger, from S7, S10 and S11)",
+            "max_num_seqs requests running, every pass (on the pass ledger: any number of "
+            f"requests given its facts, from S7, S10 and S11; block size {LIFE_BLOCK_SIZE}; "
+            "the facts checked of the per-slot scheduler only by S8, at its slot counts)",
             _conserved,
             "over_reserves",
             [_admits],

@@ -17,6 +17,7 @@ import z3
 
 from densegate.proofs.common import named_mutant
 from densegate.proofs.obligation import Mutant, Obligation, Step
+from densegate.proofs.scheduler.scopes import life_scope
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_life import RequestLife
@@ -136,13 +137,13 @@ def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
     return Obligation(
         id="S10",
         level="scheduler",
-        statement=f"request life (block size {bs}): whatever the other requests do (any "
-        "number of them), each "
-        "request keeps generated >= 0, computed <= prompt + generated while queued or "
-        "running, >= 1 block while running and none otherwise, blocks for every token it "
-        "has computed, and each pass changes the free pool by exactly the blocks it gives "
-        "back or takes; a decode samples a token, and a running request that neither "
-        "decodes nor is preempted or aborted computes exactly the chunk a fire gives it",
+        statement=f"request life (block size {bs}; one request's pass, whatever the other "
+        "requests, any number of them, decide): the request keeps generated >= 0, computed "
+        "<= prompt + generated while queued or running, >= 1 block while running and none "
+        "otherwise, blocks for every token it has computed, and each pass changes the free "
+        "pool by exactly the blocks it gives back or takes; a decode samples a token, and a "
+        "running request that neither decodes nor is preempted or aborted computes exactly "
+        "the chunk a fire gives it",
         machine=RequestLife(SchedulerMachine(1, bs)),
         prop=_facts,
         invariant=_life_inv(bs),
@@ -155,7 +156,7 @@ def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
             "a preempted request is admitted again",
             "the request finishes",
         ],
-        scope=f"any number of requests, block size {bs}",
+        scope=life_scope(bs),
     )
 
 

@@ -23,6 +23,7 @@ from densegate.proofs.common import named_mutant
 from densegate.proofs.obligation import Mutant, Obligation, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE, LIFE_HOOKS, request_ok
 from densegate.proofs.scheduler.scans import SCAN_HOOKS
+from densegate.proofs.scheduler.scopes import S8_SLOTS, per_slot_scope
 from densegate.proofs.scheduler.ttft_cover import first_token, meets_window
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
@@ -49,11 +50,11 @@ __all__ = [
     "per_slot_mutants",
 ]
 
-SLOTS = 3
+SLOTS = S8_SLOTS
 """Request slots S8 is proved at (``tests/test_proofs_scheduler_scale.py``: more)."""
 BLOCK_SIZE = LIFE_BLOCK_SIZE
 SCHEDULER = SchedulerMachine(SLOTS, BLOCK_SIZE)
-_SCOPE = f"{SLOTS} requests, block size {BLOCK_SIZE}"
+_SCOPE = per_slot_scope(SLOTS, BLOCK_SIZE)
 
 
 class _TailEscapeOnRunning(SchedulerMachine):

@@ -1,10 +1,10 @@
-"""S3-S5 on the scheduler summary, for any number of requests, and the broken summaries.
+"""S3-S5 on the scheduler summary, for any number of requests given the pass facts.
 
-``SchedulerSummary`` has no request slots, so S3, S4 and S5 hold for every number
-of requests, given the pass facts (S7 and S9 prove them of the scans) and the
-per-request facts the scans take as given (S10, at its block size: ``_SUMMARY_SCOPE``).
-S8 (``per_slot``) checks the glue on the per-slot machine the implementation is
-compared against: each of its passes is a summary step.
+``SchedulerSummary`` has no request slots, so S3, S4 and S5 hold of it for every
+number of requests, given the pass facts (S7 and S9 prove them of the scans) and the
+per-request facts the scans take as given (S10 and S2, at block size 2). That each
+pass of the per-slot machine the implementation is compared against is a summary
+step is checked only by S8 (``per_slot``), at its slot counts: the scope says so.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from densegate.proofs.common import named_mutant
 from densegate.proofs.gate_obligations import GATE_MUTANTS
 from densegate.proofs.obligation import Monitor, Mutant, Obligation, Prop, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE
+from densegate.proofs.scheduler.scopes import slot_free_scope
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
@@ -114,11 +115,11 @@ def chunks_never_negative(machine: SchedulerMachine) -> z3.BoolRef:
 
 Lemma = Callable[[], z3.BoolRef]
 
-_SUMMARY_SCOPE = (
-    f"any number of requests, block size {LIFE_BLOCK_SIZE}: the summary has no slots; its "
-    "pass facts are S7's and S9's scans (any number), which take generated >= 0 and "
-    "computed <= prompt + generated from S10 and running <= S from S2 (any number of "
-    f"requests, block size {LIFE_BLOCK_SIZE})"
+_SUMMARY_SCOPE = slot_free_scope(
+    "scheduler summary",
+    "pass_facts (S7 and S9's scans, for a queue of any length, taking running <= S from "
+    "S2 and generated >= 0, computed <= prompt + generated from S10)",
+    LIFE_BLOCK_SIZE,
 )
 """Exactly what S3-S5 cover as claims about the scheduler (not only the summary)."""
 
@@ -157,8 +158,8 @@ def _summary_obligations() -> list[Obligation]:
         _on_summary(
             "S3",
             "density soundness: a DENSE fire runs >= dense_tokens prefill tokens (the gate "
-            "sees min(planned, B) and a fire runs the plan; any number of requests, block "
-            f"size {LIFE_BLOCK_SIZE})",
+            "sees min(planned, B) and a fire runs the plan; the summary, any number of "
+            f"requests given its pass facts, block size {LIFE_BLOCK_SIZE})",
             _dense_sound,
             broken["dense_from_queue"],
             _lemma,
@@ -167,7 +168,8 @@ def _summary_obligations() -> list[Obligation]:
             "S4",
             "fitting head admitted: a head of the queue that fits in K consecutive passes is "
             "admitted by the last of them (the count restarts when it stops fitting; S6 bounds "
-            f"the whole wait; any number of requests, block size {LIFE_BLOCK_SIZE}, by S7)",
+            "the whole wait; the summary, any number of requests given its pass facts, block "
+            f"size {LIFE_BLOCK_SIZE}, by S7)",
             _head_admitted,
             broken["gate_budget_off_by_one"],
             _lemma,
@@ -178,7 +180,8 @@ def _summary_obligations() -> list[Obligation]:
             "S5",
             "prefill progress: pending prefill runs within K passes (the gate's hold bound), "
             "and a fire runs >= min(owed, cap, T-S+1) owed chunk tokens (S9's bound, carried as "
-            f"a pass fact; any number of requests, block size {LIFE_BLOCK_SIZE})",
+            "a pass fact; the summary, any number of requests given its pass facts, block size "
+            f"{LIFE_BLOCK_SIZE})",
             _progress,
             broken["gate_hold_not_counted"],
             _lemma,

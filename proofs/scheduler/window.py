@@ -1,4 +1,4 @@
-"""S6, time to first token, proved of the TTFT window for any number of requests (block size 2).
+"""S6, time to first token, proved of the TTFT window for any number of requests given its facts.
 
 ``TtftWindow`` (``densegate.spec.ttft_window``) starts at headship and steps
 through the window's undisturbed passes (none preempted, none aborted;
@@ -36,6 +36,7 @@ from densegate.proofs.common import named_mutant
 from densegate.proofs.gate_obligations import GATE_MUTANTS
 from densegate.proofs.obligation import Monitor, Mutant, Obligation, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE
+from densegate.proofs.scheduler.scopes import slot_free_scope
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler_summary import chunk_room
@@ -44,9 +45,10 @@ from densegate.spec.ttft_window import TtftWindow, owing
 __all__ = ["WINDOW", "WINDOW_OBLIGATIONS", "WINDOW_SCOPE", "closed_form", "open_form"]
 
 WINDOW = TtftWindow()
-WINDOW_SCOPE = (
-    f"any number of requests, block size {LIFE_BLOCK_SIZE}: the window has no slots; its "
-    "facts are S10's per-request facts summed, S2's conservation and S7, S9's scans"
+WINDOW_SCOPE = slot_free_scope(
+    "TTFT window",
+    "window_facts for the tracked request (S10's facts summed, S2, S7 and S9's scans)",
+    LIFE_BLOCK_SIZE,
 )
 
 
@@ -220,8 +222,9 @@ def _ttft_obligation() -> Obligation:
         "(O: prefill owed by running requests and D: their longest remaining output, both "
         "at headship; P: its prompt; c = min(cap, T-S+1)); a window still open after n "
         "passes has n <= K*(ceil((O+P)/c) + 1) + D, so every undisturbed window closes "
-        f"within the bound (any number of requests, block size {LIFE_BLOCK_SIZE}: the TTFT "
-        "window, from S2, S7, S9, S10)",
+        "within the bound (on the TTFT window: any number of requests given its facts, from "
+        f"S2, S7, S9, S10; block size {LIFE_BLOCK_SIZE}; the facts checked of the per-slot "
+        "scheduler only by S8, at its slot counts)",
         machine=WINDOW,
         prop=ttft_prop,
         invariant=window_inv,
@@ -232,11 +235,13 @@ def _ttft_obligation() -> Obligation:
             lambda st: z3.And(_closes(st), st.s2["cw"] == 0),
             lambda st: z3.And(_closes(st), st.s2["cw"] > 0),
             lambda st: z3.And(st.s2["open"] == 1, st.s2["np"] > 0, st.s2["nf"] > 0),
+            lambda st: z3.And(st.s["open"] == 1, st.s["tw"] == 0, st.s["oa"] > 0),
         ],
         trigger_names=[
             "a window closes with no capacity wait",
             "a window closes after a capacity wait",
             "an open window has had owing fires and passes behind decodes",
+            "the tracked request runs while prefill is owed ahead of it",
         ],
         readable=_readable,
         trace_depth=10,

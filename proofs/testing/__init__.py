@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         PropertyResult,
         Violation,
     )
+    from densegate.testing.recorded import RecordedPass, judge_recorded
     from densegate.testing.strategies import (
         GateRun,
         Observation,
@@ -55,6 +56,7 @@ _WHERE = {
         "PropertyResult",
         "Violation",
     ),
+    "densegate.testing.recorded": ("RecordedPass", "judge_recorded"),
     "densegate.testing.strategies": (
         "GateRun",
         "Observation",
@@ -81,6 +83,7 @@ __all__ = [
     "ProofReport",
     "Property",
     "PropertyResult",
+    "RecordedPass",
     "Segment",
     "SegmentKind",
     "Violation",
@@ -88,6 +91,7 @@ __all__ = [
     "check_gate",
     "gate_configs",
     "gate_runs",
+    "judge_recorded",
     "observation_runs",
     "observations",
     "prove_conforms",

@@ -1,4 +1,4 @@
-"""Judging the SGLang plugin's recorded decisions: the DP spec per pass, the conformance kit's judge.
+"""Judging the SGLang plugin's recorded decisions: the DP spec per pass, and the kit's judge.
 
 A record is what one rank logged for one pass, as plain values (picklable across
 processes): ``(tick, fire, reason, hold_passes, reduced, local)`` with
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from densegate.impl.dp_gate import AlignedGateConfig
-from densegate.impl.gate import Decision, GateConfig, GateInput, Reason
+from densegate.impl.gate import Decision, GateConfig, Reason
 
 Record = tuple[int, bool, str, int, tuple[int, ...], tuple[int, ...]]
 
@@ -57,37 +57,17 @@ def dp_spec_mismatches(
 
 def kit_judge(records: list[Record], cfg: AlignedGateConfig, world: int) -> dict[str, Any]:
     """The conformance kit's first violation per property ({} when none)."""
-    from densegate.testing import GateRun, Observation
-    from densegate.testing.driver import Driver
+    from densegate.testing import Observation, RecordedPass, judge_recorded
 
     if cfg.fill_tokens != cfg.dense_tokens or cfg.stall_ticks or cfg.kv_pressure_valve:
         raise ValueError(f"kit_judge needs T = B and both valves off, got {cfg}")
     B = cfg.dense_tokens
-    inputs = []
-    for _, _, _, _, reduced, _ in records:
+    log = []
+    for _, fire, reason, hold, reduced, _ in records:
         W, F, D = reduced[1], reduced[2], reduced[3]
-        w = B if W == world and F >= world * B else min(F, B - 1) if W else 0
-        inputs.append(GateInput(w, D))
-    obs = tuple(Observation(i.waiting_tokens, i.decode_seqs, i.decode_seqs, 0) for i in inputs)
-
-    class Recorded:
-        def __init__(self, _cfg: GateConfig) -> None:
-            self.i = 0
-            self.h = 0
-
-        @property
-        def hold_passes(self) -> int:
-            return self.h
-
-        def decide(self, inp: GateInput) -> Decision:
-            _, fire, reason, hold, _, _ = records[self.i]
-            assert inp == inputs[self.i]
-            self.i += 1
-            self.h = hold
-            return Decision(fire, Reason[reason])
-
-    gate_cfg = GateConfig(B, cfg.max_hold_passes, cfg.enabled)
-    return dict(Driver(Recorded).outcome(GateRun(gate_cfg, obs)).first)
+        w = B if world == W and world * B <= F else min(F, B - 1) if W else 0
+        log.append(RecordedPass(Observation(w, D, D, 0), Decision(fire, Reason[reason]), hold))
+    return judge_recorded(GateConfig(B, cfg.max_hold_passes, cfg.enabled), log)
 
 
 def longest_hold_run(records: list[Record]) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from densegate.impl.gate import Decision, GateConfig, GateInput
+from densegate.impl.gate import Decision, GateConfig
 from densegate.impl.traces.workload import TraceRequest, synthetic_trace
 from densegate.lab.bench.workloads import WORKLOADS
 from tests.support.vllm_harness import Limits, Replay, Step, base_config, build, replay
@@ -152,32 +152,22 @@ def test_every_request_ends_with_exactly_its_output_or_aborted(run: Any) -> None
 
 def _judge(steps: list[Step], cfg: GateConfig) -> dict[str, tuple[int, str]]:
     """The conformance kit's per-pass judge, fed the recorded decisions."""
-    from densegate.testing import GateRun, Observation
-    from densegate.testing.driver import Driver
+    from densegate.testing import Observation, RecordedPass, judge_recorded
 
-    obs = tuple(
-        Observation(s.gate.waiting_tokens, s.gate.observation.decode_seqs, s.decode_seqs,
-                    s.gate.waiting_tokens)
+    log = [
+        RecordedPass(
+            Observation(
+                s.gate.waiting_tokens,
+                s.gate.observation.decode_seqs,
+                s.decode_seqs,
+                s.gate.waiting_tokens,
+            ),
+            Decision(s.gate.fire, s.gate.reason),
+            s.gate.hold_passes,
+        )
         for s in steps
-    )  # fmt: skip
-
-    class Recorded:
-        def __init__(self, _cfg: GateConfig) -> None:
-            self.i = 0
-            self.h = 0
-
-        @property
-        def hold_passes(self) -> int:
-            return self.h
-
-        def decide(self, inp: GateInput) -> Decision:
-            g = steps[self.i].gate
-            assert inp == GateInput(g.waiting_tokens, g.observation.decode_seqs)
-            self.i += 1
-            self.h = g.hold_passes
-            return Decision(g.fire, g.reason)
-
-    return Driver(Recorded).outcome(GateRun(cfg, obs)).first
+    ]
+    return judge_recorded(cfg, log)
 
 
 def test_recorded_decisions_pass_the_conformance_judge(run: Any) -> None:
