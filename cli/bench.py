@@ -49,8 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device",
         type=device,
-        default="cpu",
-        help="torch device: cpu, cuda or cuda:N (default cpu)",
+        default=None,
+        help="torch device for --runner torch: cpu, cuda or cuda:N (default cpu)",
     )
     add_threads(p)
     p.add_argument(
@@ -121,6 +121,10 @@ def main(args: argparse.Namespace) -> int:
         except (ValueError, OSError) as e:
             print(f"densegate bench: --cost {args.cost}: {e}", file=sys.stderr)
             return 2
+    if args.device is not None and args.runner != "torch":
+        print(f"densegate bench: --device {args.device} is for --runner torch", file=sys.stderr)
+        return 2
+    args.device = args.device or "cpu"
     if args.dp > 1 and profile is None:
         print(f"densegate bench: --dp {args.dp} needs --cost", file=sys.stderr)
         return 2

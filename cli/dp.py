@@ -132,12 +132,15 @@ def summarize_dp(
 
 
 def _trace(args: argparse.Namespace) -> list[TraceRequest]:
+    """The run's trace; a generated one drawn within the engine's max_model_len, as on one
+    rank (a checkpoint's own limit under ``--model``)."""
     from densegate.impl.traces.workload import load_trace, synthetic_trace
 
     if args.trace:
         return load_trace(args.trace)
     n = 500 if args.gen is None else args.gen
-    return synthetic_trace(n, args.seed, rate=args.rate, max_model_len=args.max_model_len)
+    limit = engine_config(args, "torch").max_model_len if args.model else args.max_model_len
+    return synthetic_trace(n, args.seed, rate=args.rate, max_model_len=limit)
 
 
 def _runner(args: argparse.Namespace, n: int) -> str:

@@ -15,8 +15,8 @@ from densegate.cli.flag_types import count
 
 HELP = (
     "prove every obligation in its stated scope (the report's scope column: all parameters, "
-    "or which parameters it fixes or the bound it is checked to) and refute each of its "
-    "broken variants with a trace"
+    "or which parameters it fixes or the bound it is checked to), show it is not vacuous "
+    "(the report's non-vacuity column), and refute each of its broken variants with a trace"
 )
 
 

@@ -28,21 +28,33 @@ class _UnsetFloat(float):
     """A float flag's default, told apart from the same value given."""
 
 
+class _UnsetStr(str):
+    """A string flag's default, told apart from the same value given."""
+
+
 _WORKLOAD_ONLY = ("seed", "rate")
 _PROMPT_ONLY = ("max_tokens",)
+_DP_ONLY = {
+    "router": "--router",
+    "timed_rounds": "--rounds",
+    "dp_timeout": "--dp-timeout",
+    "dp_startup_timeout": "--dp-startup-timeout",
+}
+"""dest -> flag, for the flags only a data-parallel run reads."""
+_UNSET = {int: _UnsetInt, float: _UnsetFloat, str: _UnsetStr}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags ``run`` shares with the torchrun entry point (``densegate.cli.options``);
     the defaults of flags only one mode reads are marked, so giving one is seen."""
     options.add_arguments(p)
-    for dest in (*_WORKLOAD_ONLY, *_PROMPT_ONLY):
+    for dest in (*_WORKLOAD_ONLY, *_PROMPT_ONLY, *_DP_ONLY):
         value = p.get_default(dest)
-        p.set_defaults(**{dest: (_UnsetFloat if isinstance(value, float) else _UnsetInt)(value)})
+        p.set_defaults(**{dest: _UNSET[type(value)](value)})
 
 
 def _given(args: argparse.Namespace, dest: str) -> bool:
-    return not isinstance(getattr(args, dest), (_UnsetInt, _UnsetFloat))
+    return not isinstance(getattr(args, dest), (_UnsetInt, _UnsetFloat, _UnsetStr))
 
 
 def conflict(args: argparse.Namespace) -> str | None:
@@ -59,6 +71,10 @@ def conflict(args: argparse.Namespace) -> str | None:
         if workload:
             return f"--prompt/--prompt-ids generate from a checkpoint: not with {workload[0]}"
         return None
+    if args.dp == 1:
+        dp_only = [flag for dest, flag in _DP_ONLY.items() if _given(args, dest)]
+        if dp_only:
+            return f"{dp_only[0]} is for a data-parallel run: give --dp N (N > 1) or drop it"
     if args.trace and _given(args, "rate"):
         return "--rate is for a generated workload: a --trace has its own arrivals"
     if args.model and args.runner == "null":

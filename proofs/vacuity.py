@@ -139,6 +139,8 @@ def _reach(ob: Obligation, machine: Machine) -> list[CheckResult]:
     seconds: dict[int, float] = {}
     names: list[str] = []
     depth = ob.reach_depth
+    if depth < 1:
+        raise ValueError(f"{ob.id}: reach_depth must be >= 1, got {depth}")
     for k in range(depth):
         nxt = u.frame(str(k + 1))
         s.add(machine.obs_ok(p, f.state, f.obs))
@@ -183,7 +185,7 @@ def sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     p = machine.params()
     f = u.frame("0")
     nxt = u.state("1")
-    _, trans = u.step(p, f, nxt)
+    st, trans = u.step(p, f, nxt)
     inv = ob.invariant(p, f.state)
     base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs), inv]
     premise = [*base, trans] if ob.needs_step else base
@@ -191,7 +193,6 @@ def sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     tune = ob.solver_options
     start = [machine.param_ok(p), u.init(p, f.state), inv]
     no_start = "no initial state meets the parameters and the invariant: nothing is ever run"
-    st, _ = u.step(p, f, nxt)
     one = z3.Sum([z3.If(c.guard, 1, 0) for c in st.commands]) == 1
     two = "a premise state enables no command or several"
     return [

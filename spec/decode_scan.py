@@ -8,7 +8,9 @@ and how many of them run. A victim other than the decoding request is then
 "some running request after it, holding at least one block" (the per-slot
 machine's pick, the newest, is one such), which is all that free >= 0 and
 progress need. What the scan proves is an induction over the turns, one
-request per step, so it holds for every number of requests.
+request per step, so it holds for every number of turns; that the per-slot
+machine's decode phase is such a scan (its victim one the scan allows) is
+checked by S8 only at a fixed number of request slots, which S11's scope says.
 """
 
 from __future__ import annotations

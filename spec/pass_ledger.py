@@ -4,12 +4,12 @@
 blocks held, and running requests. A pass is observed through its figures at
 each phase boundary (after aborts and arrivals, after the decodes, the
 prefill plan, what admission would add, the totals after the commit),
-constrained only by ``ledger_facts``; each fact is a sum over requests of
-what S10 proves of one request, or a scan's result (S7, S9, S11), so every
-one holds whatever the number of requests. No-idle (S1) and conservation
-(S2) proved of the ledger therefore hold of the per-slot scheduler with any
-number of requests; S8 checks, at 3 requests, that each per-slot pass meets
-these facts.
+constrained only by ``ledger_facts``; each fact is meant as a sum over
+requests of what S10 proves of one request, or a scan's result (S7, S9, S11).
+No-idle (S1) and conservation (S2) are proved of the ledger for any number of
+requests given those facts; that each pass of the per-slot scheduler meets them
+is checked by S8 only at a fixed number of request slots (3 in ``densegate
+prove``), which the scopes of S1 and S2 say.
 """
 
 from __future__ import annotations

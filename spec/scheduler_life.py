@@ -9,9 +9,12 @@ whether this request is the victim, the budget left at its turn, the
 admission totals before it, whether the gate fires. ``RequestLife`` makes
 those values its observation, constrained only by what the per-slot machine
 guarantees by construction (only a running request is a victim; budget and
-totals are any integers). So an invariant of ``RequestLife`` holds of every
-request of the per-slot scheduler, for any number of requests: the induction
-is over passes, and no other request is named.
+totals are any integers). The induction is over passes and no other request is
+named, so an invariant of ``RequestLife`` holds of every request of a scheduler
+that runs each request through these functions in this order, whatever their
+number; that the per-slot scheduler does is a source test (only these functions
+change a request) and, for their order and arguments, S8 at a fixed number of
+request slots, which S10's scope says.
 """
 
 from __future__ import annotations

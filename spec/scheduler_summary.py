@@ -14,11 +14,12 @@ takes those figures as its observation, constrained only by the *pass facts*
   (``PartialScan``, by induction over the running requests: S9);
 - nothing planned is negative.
 
-So a property proved of the summary holds for the per-slot scheduler with any
-number of requests and any block size, given the per-request facts the scans
-take as given (S10 and S2, for any number of requests at block size 2), and
-obligation S8 checks, on the per-slot machine at 3 requests, that each of its
-passes is a step of this summary.
+So a property proved of the summary holds of every run of summarised passes,
+whatever the number of requests behind them, given the pass facts. That the
+per-slot scheduler's passes are such steps rests on the per-request facts the
+scans take as given (S10 and S2, at block size 2) and is checked by obligation S8
+only at a fixed number of request slots (3 in ``densegate prove``), which the
+scopes of S3-S5 say.
 """
 
 from __future__ import annotations

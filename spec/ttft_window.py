@@ -11,11 +11,12 @@ prompt``, ``d0 = ra``). Everything running is ahead of a waiting ``t``
 are the owed prefill and longest remaining output of all running requests.
 
 Each step is an *undisturbed* pass (none preempted, none aborted), observed
-through its figures and constrained only by ``window_facts``; each fact is a
-sum over requests of what S10 proves of one request, or a scan's result (S7,
-S9 applied to the requests up to ``t``), so it holds whatever the number of
-requests. S8 checks, at 3 requests and any one tracked, that every
-undisturbed per-slot pass of an open window meets these facts.
+through its figures and constrained only by ``window_facts``; each fact is meant
+as a sum over requests of what S10 proves of one request, or a scan's result
+(S7, S9 applied to the requests up to ``t``). S6 is proved of the window for any
+number of requests given those facts; that every undisturbed per-slot pass of an
+open window meets them is checked by S8 only at a fixed number of request slots
+(3 in ``densegate prove``, any one tracked), which S6's scope says.
 """
 
 from __future__ import annotations

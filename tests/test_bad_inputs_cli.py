@@ -83,6 +83,22 @@ CASES: dict[str, tuple[list[str], dict[str, str | bytes], str]] = {
         "not with --runner null",
     ),
     "run prompt with dp": (["run", "--prompt", "hi", "--dp", "2"], {}, "not with --dp"),
+    "bench device with the null runner": (
+        ["bench", "--runner", "null", "--device", "cuda"],
+        {},
+        "--device cuda is for --runner torch",
+    ),
+    "run router without dp": (
+        ["run", "--requests", "3", "--router", "least-loaded"],
+        {},
+        "--router is for a data-parallel run",
+    ),
+    "run rounds without dp": (["run", "--requests", "3", "--rounds", "1"], {}, "--rounds is for"),
+    "run dp timeout without dp": (
+        ["run", "--requests", "3", "--dp-timeout", "3"],
+        {},
+        "--dp-timeout is for a data-parallel run",
+    ),
     "run model with runner null": (
         ["run", "--model", "{tmp}", "--runner", "null"],
         {},

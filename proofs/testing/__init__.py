@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from densegate.spec.properties import Property
     from densegate.testing.conformance import DEFAULT_MAX_EXAMPLES, assert_conforms, check_gate
     from densegate.testing.driver import CheckedGate, GateFactory
+    from densegate.testing.recorded import RecordedPass, judge_recorded
     from densegate.testing.report import (
         PROPERTIES,
         ConformanceReport,
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
         PropertyResult,
         Violation,
     )
-    from densegate.testing.recorded import RecordedPass, judge_recorded
     from densegate.testing.strategies import (
         GateRun,
         Observation,
