@@ -30,6 +30,7 @@ from densegate.impl.sched.batch import (
 )
 from densegate.impl.sched.block_manager import BlockManager
 from densegate.impl.sched.config import SchedulerConfig
+from densegate.impl.sched.failures import PassFailed
 from densegate.impl.sched.plan import PassPlan, PassRecord
 from densegate.impl.sched.request import Request, RequestStatus
 from densegate.impl.sched.scheduler import Scheduler
@@ -58,6 +59,7 @@ __all__ = [
     "KVLayout",
     "ModelConfig",
     "NullRunner",
+    "PassFailed",
     "PassPlan",
     "PassRecord",
     "PrefillGate",
