@@ -2,7 +2,7 @@
 
 ``densegate conform module:factory`` prints one report with a shrunk run per
 violated property (sampled: evidence); ``--prove`` checks the same properties
-symbolically instead (proved, refuted with a run, or out of reach, per property);
+symbolically instead (proved, refuted with a run, out of reach, or vacuous, per property);
 ``densegate conform --policies legacy,original,densegate``
 (the default without a target) prints which property each shipped policy
 violates, as one table, then the runs. Exit status 1 on any violation, 2 on a
@@ -158,7 +158,9 @@ def _table(reports: list[ConformanceReport]) -> str:
 
 
 def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
-    """``--prove``: one symbolic verdict per property (proved, refuted with a run, out of reach)."""
+    """``--prove``: one symbolic verdict per property (proved, refuted with a run, out of
+    reach, or vacuous: a precondition that admits nothing, or a configuration class no path
+    reached)."""
     from densegate.lab.baselines.policies import POLICIES
     from densegate.proofs.refinement.conform import DEFAULT_PASSES, prove_conforms
 

@@ -161,9 +161,14 @@ def test_the_tables_name_the_scope_s6_is_proved_for(
     results: dict[str, dict[str, Any]],
 ) -> None:
     from densegate.impl.traces.replay import S6_SCOPE
+    from densegate.proofs.scheduler.scopes import S8_SLOTS
 
     scope = results["S6"]["scope"]
-    assert scope is not None and scope.startswith(S6_SCOPE), (scope, S6_SCOPE)
+    assert scope is not None and scope.startswith("any number of requests, block size 2, "), scope
+    # The short form says the same bounds: the facts checked at S8's slots, the valve off.
+    assert f"by S8, at {S8_SLOTS} requests" in scope and "without its STALL valve" in scope
+    assert f"which S8 checks at {S8_SLOTS} requests" in S6_SCOPE
+    assert "block size 2" in S6_SCOPE and "STALL valve off" in S6_SCOPE
 
 
 @pytest.mark.parametrize("block_size", [1, 16])

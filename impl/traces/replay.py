@@ -35,9 +35,12 @@ __all__ = [
     "ttft_bound_passes",
 ]
 
-S6_SCOPE = "any number of requests, block size 2"
-"""What ``densegate prove`` proves S6 for (a test keeps it equal to the start of the
-prover's scope): tables say "proved for" this, and "checked" for the replay at hand."""
+S6_SCOPE = (
+    "any number of requests given its window facts, which S8 checks at 3 requests; "
+    "block size 2, STALL valve off"
+)
+"""What ``densegate prove`` proves S6 for, in short (a test keeps it true to the prover's
+scope): tables say "proved for" this, and "checked" for the replay at hand."""
 
 
 def ttft_bound_passes(
