@@ -12,6 +12,7 @@ a hidden alias with the same ``dest``, so old command lines still work.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from densegate.cli.flag_types import count, device, output_file, positive_float
@@ -150,12 +151,13 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
     dp = p.add_argument_group("data parallel")
     dp.add_argument(
         "--dp",
-        type=count(1),
+        type=count(1, max_local_ranks()),
         default=1,
         metavar="N",
         help="run N data-parallel ranks as local processes (gloo) with one aligned gate, "
-        "then the same workload uncoordinated for comparison (default 1: no DP; under "
-        "torchrun use python -m densegate.cli.dp)",
+        "then the same workload uncoordinated for comparison (default 1: no DP; at most "
+        f"{LOCAL_RANKS_PER_CPU} per CPU, {max_local_ranks()} here: more only wait for a core; "
+        "under torchrun use python -m densegate.cli.dp)",
     )
     dp.add_argument(
         "--router",
@@ -191,6 +193,15 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
         help="how long ranks may take to meet at start-up and to build each phase's engine "
         "(a model load): only a rank slower than this there is taken for gone (default 300)",
     )
+
+
+LOCAL_RANKS_PER_CPU = 8
+"""``--dp N`` starts N processes on this machine: past a few per core they only queue."""
+
+
+def max_local_ranks() -> int:
+    """The most ranks ``densegate run --dp`` starts here (a bigger N runs until killed)."""
+    return LOCAL_RANKS_PER_CPU * (os.cpu_count() or 1)
 
 
 def _scheduler_arguments(p: argparse.ArgumentParser) -> None:

@@ -88,6 +88,11 @@ CASES: dict[str, tuple[list[str], dict[str, str | bytes], str]] = {
         {},
         "--device cuda is for --runner torch",
     ),
+    "run more local ranks than the cores can hold": (
+        ["run", "--dp", "99999", "--requests", "4"],
+        {},
+        "must be <=",
+    ),
     "run router without dp": (
         ["run", "--requests", "3", "--router", "least-loaded"],
         {},

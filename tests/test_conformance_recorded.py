@@ -1,4 +1,4 @@
-"""``judge_recorded``: the kit's judge over a decision log an engine recorded."""
+"""The kit as integrations use it: `judge_recorded` over a logged run, `check_gate` on a factory."""
 
 from __future__ import annotations
 
@@ -36,3 +36,15 @@ def test_a_tampered_decision_is_caught() -> None:
 def test_a_counter_past_the_budget_is_caught() -> None:
     log = [dataclasses.replace(r, hold_passes=CFG.max_hold_passes) for r in _log()]
     assert "P1" in judge_recorded(CFG, log)
+
+
+def test_check_gate_names_a_factory_that_returns_none() -> None:
+    import pytest
+
+    from densegate.testing import check_gate
+
+    with pytest.raises(TypeError, match="factory returned None"):
+        check_gate(lambda cfg: None, max_examples=1)  # type: ignore[arg-type,return-value]
+    shared = PrefillGate(CFG)
+    with pytest.raises(TypeError, match="the same object twice"):
+        check_gate(lambda cfg: shared, max_examples=1)

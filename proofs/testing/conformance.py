@@ -87,10 +87,12 @@ def check_gate(
         raise ValueError(f"max_examples must be >= 1, got {max_examples}")
     probe = GateConfig(4, 2)
     try:
-        shared = factory(probe) is factory(probe)
+        built: tuple[object, object] | None = (factory(probe), factory(probe))
     except Exception:
-        shared = False  # the runs report it, pass by pass
-    if shared:
+        built = None  # the runs report it, pass by pass
+    if built is not None and built[0] is None:
+        raise TypeError("factory returned None: it must return a fresh gate")
+    if built is not None and built[0] is built[1]:
         raise TypeError("factory returned the same object twice: it must build a fresh gate")
     if seed is None and not derandomize:
         seed = random.getrandbits(64)
