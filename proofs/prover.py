@@ -47,10 +47,7 @@ patches a spec function builds a new machine object."""
 
 def _induction_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     u = Unroller(machine, ob.monitors)
-    p = machine.params()
-    f = u.frame("0")
-    nxt = u.state("1")
-    st, trans = u.step(p, f, nxt)
+    p, f, nxt, st, trans = u.transition()
     base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs)]
     inv_s = ob.invariant(p, f.state)
     tune = ob.solver_options

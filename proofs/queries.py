@@ -46,6 +46,15 @@ class Unroller:
         mons = [s[m.name] == m.init(p) for m in self.monitors]
         return z3.And(self.machine.init(p, s), *mons)
 
+    def transition(self) -> tuple[Vars, Frame, Vars, Step, z3.BoolRef]:
+        """One symbolic pass: parameters, frame ``0``, its successor state ``1``, the step
+        and the constraint that it is a real transition."""
+        p = self.machine.params()
+        f = self.frame("0")
+        nxt = self.state("1")
+        st, trans = self.step(p, f, nxt)
+        return p, f, nxt, st, trans
+
     def step(self, p: Vars, f: Frame, nxt: Vars) -> tuple[Step, z3.BoolRef]:
         """The step object and the constraint that it is a real transition."""
         cmds = self.machine.commands(p, f.state, f.obs)

@@ -182,10 +182,7 @@ def _reach(ob: Obligation, machine: Machine) -> list[CheckResult]:
 def sanity_checks(ob: Obligation, machine: Machine) -> list[CheckResult]:
     """Initial state, premise, totality, exactly one command, each trigger reached."""
     u = Unroller(machine, ob.monitors)
-    p = machine.params()
-    f = u.frame("0")
-    nxt = u.state("1")
-    st, trans = u.step(p, f, nxt)
+    p, f, _, st, trans = u.transition()
     inv = ob.invariant(p, f.state)
     base = [machine.param_ok(p), machine.obs_ok(p, f.state, f.obs), inv]
     premise = [*base, trans] if ob.needs_step else base
