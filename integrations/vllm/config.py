@@ -10,6 +10,11 @@ max_num_seqs``, the prefill room a step has even when every other sequence slot
 decodes, so a dense step is always reachable. ``stall_passes`` (default 0, off)
 turns on the gate's STALL valve: fire once the waiting fill has not grown for
 that many steps.
+
+vLLM's prefill cadence (``prefill_schedule_interval > 1``: on DP engine cores in
+0.32 and 0.33, and on one engine too from 0.33) defers prefills on a fixed
+rhythm; the gate defers them by density. Both at once would stack two deferrals,
+so an enabled gate refuses the combination (``check_no_cadence``).
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ __all__ = [
     "CONFIG_KEY",
     "SUPPORTED_VLLM",
     "UnsupportedVllmVersion",
+    "check_no_cadence",
     "check_vllm_version",
+    "deployment_case",
     "gate_config_from",
 ]
 
 CONFIG_KEY = "densegate"
 """The key under vLLM's ``additional_config`` that holds the gate's parameters."""
 
-SUPPORTED_VLLM = ((0, 32), (0, 33))
-"""Supported vLLM releases: ``>= 0.32.0, < 0.33`` (the scheduler internals it reads)."""
+SUPPORTED_VLLM = ((0, 32), (0, 34))
+"""Supported vLLM releases: ``>= 0.32.0, < 0.34`` (the scheduler internals it reads,
+the same in 0.32 and 0.33 for the cases ``observe`` models)."""
 
 _KEYS = ("dense_tokens", "max_hold_passes", "enabled", "stall_passes")
 
@@ -94,3 +102,34 @@ def gate_config_from(
         if why is not None:
             raise ValueError(f"{why} ({note})" if note else why)
     return GateConfig(dense, hold, enabled, stall)
+
+
+def check_no_cadence(prefill_schedule_interval: int, gate: GateConfig) -> None:
+    """Refuse vLLM's prefill cadence beside an enabled gate: two deferrals would stack."""
+    if gate.enabled and prefill_schedule_interval > 1:
+        raise ValueError(
+            f"prefill_schedule_interval={prefill_schedule_interval} (vLLM's prefill cadence) "
+            "and densegate's gate both defer prefills; use one: drop "
+            "--prefill-schedule-interval (default 1), or set "
+            f"additional_config[{CONFIG_KEY!r}]['enabled'] = false"
+        )
+
+
+def deployment_case(*, data_parallel_size: int, cuda_graphs: bool) -> str:
+    """The one start-up line saying whether this deployment is where the gate pays."""
+    if data_parallel_size > 1:
+        return (
+            f"densegate: data_parallel_size={data_parallel_size}: each rank's engine core is "
+            "gated on its own (ranks are not aligned by densegate here; see docs/INTEGRATIONS.md)"
+        )
+    if cuda_graphs:
+        return (
+            "densegate: one engine, decode replayed from CUDA graphs: the case the gate is for "
+            "(a held step stays a pure decode pass, in its graph)"
+        )
+    return (
+        "densegate: one engine without CUDA graphs: here the gate costs throughput "
+        "(held steps run fewer sequences, so there are more steps: 1.15-1.2x wall time per "
+        "generate() measured on CPU, benchmarks/vllm_e2e.py); turn it on for DP attention "
+        "or graph-replayed decode"
+    )

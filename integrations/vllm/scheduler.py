@@ -14,6 +14,10 @@ which overlaps scheduling with GPU execution): use it on a GPU. ``GatedScheduler
 sits on the sync ``Scheduler``, for platforms that run sync (vLLM's CPU
 platform turns async scheduling off). Subclassing the sync one on a GPU would
 lose async scheduling's overlap.
+
+vLLM 0.32 and 0.33 are supported: 0.33 adds ``has_request`` to the scheduler
+interface (defined here too, so both versions answer it) and a one-engine
+prefill cadence, which the gate refuses beside it (``check_no_cadence``).
 """
 
 from __future__ import annotations
@@ -23,15 +27,23 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 
 from densegate.impl.gate import GateConfig, PrefillGate, Reason
-from densegate.integrations.vllm.config import gate_config_from
+from densegate.integrations.vllm.config import (
+    check_no_cadence,
+    deployment_case,
+    gate_config_from,
+)
 from densegate.integrations.vllm.observe import StepObservation, observe
 
 __all__ = ["GateStep", "GatedAsyncScheduler", "GatedScheduler"]
+
+# Under "vllm." so the line goes through vLLM's own log handler and level.
+logger = init_logger("vllm.densegate")
 
 GATE_LOG_SIZE = 4096
 """Steps kept in ``gate_log`` (oldest dropped first)."""
@@ -71,10 +83,22 @@ class _Gated:
             max_num_batched_tokens=sc.max_num_batched_tokens,
             max_num_seqs=sc.max_num_seqs,
         )
+        check_no_cadence(int(sc.prefill_schedule_interval), self.gate_config)
         self.gate = PrefillGate(self.gate_config)
+        logger.info(
+            deployment_case(
+                data_parallel_size=int(base.parallel_config.data_parallel_size),
+                cuda_graphs=_cuda_graphs(base.vllm_config),
+            )
+        )
         self.gate_counts = collections.Counter()
         self.gate_log = collections.deque(maxlen=GATE_LOG_SIZE)
         self.gate_ns = 0
+
+    def has_request(self, request_id: str) -> bool:
+        """vLLM 0.33's interface method, answered the same on 0.32: the request is held here."""
+        base: Any = self
+        return request_id in base.requests
 
     @property
     def hold_passes(self) -> int:
@@ -122,6 +146,20 @@ class _Gated:
         )
         per = self.gate_ns / steps / 1e3 if steps else 0.0
         return f"densegate: {steps} steps ({by}), hold_passes={self.hold_passes}, {per:.1f} us/step"
+
+
+def _cuda_graphs(vllm_config: Any) -> bool:
+    """Whether decode steps replay captured CUDA graphs (never on vLLM's CPU platform)."""
+    from vllm.config import CUDAGraphMode
+
+    cc = vllm_config.compilation_config
+    mode = cc.cudagraph_mode
+    return (
+        not vllm_config.model_config.enforce_eager
+        and bool(cc.cudagraph_capture_sizes)
+        and mode is not None
+        and mode.decode_mode() != CUDAGraphMode.NONE
+    )
 
 
 class GatedScheduler(_Gated, Scheduler):

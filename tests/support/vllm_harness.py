@@ -87,6 +87,8 @@ class Limits:
     watermark: float = 0.0
     max_model_len: int = 2048
     prefix_caching: bool = False
+    prefill_schedule_interval: int = 1
+    """vLLM's prefill cadence (applied on one engine from 0.33)."""
 
 
 def build(cls: type, limits: Limits, densegate: dict[str, Any] | None = None) -> Any:
@@ -106,6 +108,7 @@ def build(cls: type, limits: Limits, densegate: dict[str, Any] | None = None) ->
     sc.long_prefill_token_threshold = limits.long_prefill_token_threshold
     sc.enable_chunked_prefill = limits.enable_chunked_prefill
     sc.watermark = limits.watermark
+    sc.prefill_schedule_interval = limits.prefill_schedule_interval
     vc.model_config.max_model_len = limits.max_model_len
     vc.cache_config.block_size = limits.block_size
     vc.cache_config.num_gpu_blocks = limits.num_blocks

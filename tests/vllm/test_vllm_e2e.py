@@ -62,3 +62,23 @@ def test_the_gate_held_and_no_hold_step_carried_prefill(runs: dict[str, Any]) ->
     assert 0 <= gated["hold_passes"] < 4
     # vLLM's own scheduler mixed prefill into decode steps on the same prompts.
     assert any(prefill and decodes for _, prefill, decodes in runs["plain"]["steps"])
+
+
+def test_the_one_engine_benchmark_runs_and_its_arms_agree() -> None:
+    """``benchmarks/vllm_e2e.py --json`` on a small load: both engines, the same greedy tokens."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(ROOT)) if p)
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "vllm_e2e.py"), "--json"]
+    proc = subprocess.run(
+        [*cmd, "--prompts", "24", "--rounds", "1"],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-8000:]
+    report = json.loads(proc.stdout)
+    plain, gated = report["arms"]
+    assert (plain["scheduler"], gated["scheduler"]) == ("Scheduler", "GatedScheduler")
+    assert report["identical_sequences"] == report["sequences"] == 24
+    assert plain["held_steps"] == 0 < gated["held_steps"]
+    assert gated["held_steps_with_prefill"] == 0
+    ratio = gated["wall_s_median"] / plain["wall_s_median"]
+    assert report["wall_ratio_gated_over_plain"] == ratio

@@ -56,8 +56,91 @@ def test_an_unsupported_vllm_is_refused_with_the_range(monkeypatch: pytest.Monke
     import densegate.integrations.vllm as integration
 
     monkeypatch.setattr(vllm, "__version__", "0.31.2")
-    with pytest.raises(integration.UnsupportedVllmVersion, match=r"vllm>=0\.32\.0,<0\.33"):
+    with pytest.raises(integration.UnsupportedVllmVersion, match=r"vllm>=0\.32\.0,<0\.34"):
         integration.__getattr__("GatedScheduler")
+
+
+def _release() -> tuple[int, ...]:
+    import vllm
+
+    from densegate.integrations.versions import release
+
+    return release(vllm.__version__)
+
+
+def test_vllms_prefill_cadence_beside_the_gate_is_refused_at_engine_start() -> None:
+    cadence = Limits(prefill_schedule_interval=2)
+    with pytest.raises(ValueError, match=r"prefill_schedule_interval=2 .* both defer prefills"):
+        build(_gated(False), cadence, {})
+    with pytest.raises(ValueError, match=r"prefill_schedule_interval=2"):
+        build(_gated(True), cadence, {})
+    off = build(_gated(False), cadence, {"enabled": False})  # a gate that always fires
+    assert off.gate_config.enabled is False
+
+
+def test_vllm_033_applies_the_cadence_on_one_engine_so_the_gate_must_refuse_it() -> None:
+    """Why the refusal matters on 0.33: its own ``Scheduler`` throttles one engine by itself."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    plain = build(Scheduler, Limits(prefill_schedule_interval=3))
+    # 0.32 leaves the cadence to the DP engine core; 0.33 applies it on one engine too.
+    want = 3 if _release()[:2] >= (0, 33) else None
+    assert getattr(plain, "local_prefill_interval", None) == want
+
+
+def test_has_request_answers_on_both_versions() -> None:
+    from densegate.impl.traces.workload import TraceRequest as T
+
+    sched = build(_gated(False), Limits(), {})
+    rep = replay(sched, [T(0, 8, 3)], max_steps=50)
+    assert rep.finished == {"0": "LENGTH"}
+    assert not sched.has_request("0")
+    from tests.support.vllm_harness import _request
+
+    sched.add_request(_request("r", 8, 3, 1, [], None))
+    assert sched.has_request("r") and not sched.has_request("nope")
+
+
+def test_the_start_up_line_says_this_is_one_engine_without_graphs() -> None:
+    import logging
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    log = logging.getLogger("vllm.densegate")
+    log.addHandler(handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    try:
+        build(_gated(False), Limits(), {})
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert len(lines) == 1 and "one engine without CUDA graphs" in lines[0], lines
+
+
+def test_cuda_graphs_are_read_from_vllms_compilation_config() -> None:
+    import copy
+
+    from vllm.config import CUDAGraphMode
+
+    from densegate.integrations.vllm.scheduler import _cuda_graphs
+
+    vc = copy.deepcopy(base_config())
+    assert not _cuda_graphs(vc)  # vLLM's CPU platform: no graphs
+    vc.model_config.enforce_eager = False
+    vc.compilation_config.cudagraph_capture_sizes = [1, 2, 4]
+    for mode, want in (
+        (CUDAGraphMode.FULL_AND_PIECEWISE, True),
+        (CUDAGraphMode.FULL_DECODE_ONLY, True),
+        (CUDAGraphMode.PIECEWISE, True),
+        (CUDAGraphMode.NONE, False),
+    ):
+        vc.compilation_config.cudagraph_mode = mode
+        assert _cuda_graphs(vc) is want, mode
+    vc.compilation_config.cudagraph_mode = CUDAGraphMode.FULL
+    vc.model_config.enforce_eager = True
+    assert not _cuda_graphs(vc)
 
 
 # -- traces -------------------------------------------------------------------------
