@@ -7,7 +7,12 @@ import json
 import sys
 from typing import Any
 
-from densegate.cli.bench_names import BENCH_STALL_DEFAULT, POLICY_NAMES, WORKLOAD_NAMES
+from densegate.cli.bench_names import (
+    BENCH_STALL_DEFAULT,
+    DP_POLICY_NAMES,
+    POLICY_NAMES,
+    WORKLOAD_NAMES,
+)
 from densegate.cli.flag_types import count, device, output_dir
 from densegate.cli.options import MAX_REQUESTS, add_alias, add_quiet, add_threads, threads
 
@@ -24,6 +29,17 @@ def _names(values: list[str] | None, known: list[str]) -> list[str]:
     return [n for v in values for n in v.split(",") if n]
 
 
+def _loads(text: str) -> list[float]:
+    """``0.3,0.5,..``: positive fractions of the modeled capacity."""
+    try:
+        out = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected numbers like 0.3,0.5, got {text!r}") from None
+    if not out or any(not 0 < x <= 10 for x in out):
+        raise argparse.ArgumentTypeError(f"each load must be in (0, 10], got {text!r}")
+    return out
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload",
@@ -37,7 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--policies",
         nargs="+",
         metavar="NAME",
-        help=f"policies, space- or comma-separated (default all: {', '.join(POLICY_NAMES)})",
+        help=f"policies, space- or comma-separated (default all: {', '.join(POLICY_NAMES)}); "
+        f"with --dp N: any of {', '.join(DP_POLICY_NAMES)} side by side in one table per "
+        "workload (without --policies, --dp prints its phase tables as before)",
     )
     p.add_argument(
         "--runner",
@@ -93,6 +111,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --runner torch: run the policies R times, order reversed every other round, "
         "and pool the measured times (default 2 with torch)",
     )
+    p.add_argument(
+        "--load",
+        type=_loads,
+        metavar="L,L,..",
+        help="with --dp and --policies: arrival rate as a fraction of the modeled capacity "
+        "(what gate-off finishes per tick with every request waiting at once), e.g. "
+        "0.3,0.5,0.7,0.9,1.1; one table per workload and load (default: each workload as "
+        "defined, load 1)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--plot",
@@ -129,6 +156,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"densegate bench: --dp {args.dp} needs --cost", file=sys.stderr)
         return 2
     workloads = _names(args.workloads, list(WORKLOADS))
+    if args.dp > 1 and args.policies:
+        return _dp_policies(args, profile, workloads, None if args.quiet else _progress)
+    if args.load:
+        print("densegate bench: --load needs --dp N and --policies", file=sys.stderr)
+        return 2
     policies = _names(args.policies, list(BENCH_POLICIES))
     for what, names, known in (
         ("workload", workloads, WORKLOADS),
@@ -155,8 +187,7 @@ def main(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(n_threads)
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    progress = _progress
 
     if profile is not None and args.dp > 1:
         return _dp_cost(args, profile, workloads, requests, None if args.quiet else progress)
@@ -191,6 +222,84 @@ def main(args: argparse.Namespace) -> int:
         for path in plots:
             print(f"wrote {path}")
     return 0 if result.drained else 1
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _dp_policies(
+    args: argparse.Namespace, profile: Any, workloads: list[str], progress: Any
+) -> int:
+    """``bench --cost P --dp N --policies ...``: densegate, gate-off and the peers side by side."""
+    from densegate.lab.bench import WORKLOADS, bench_config
+    from densegate.lab.bench.dp_load import (
+        at_load,
+        capacity_per_tick,
+        offered_per_tick,
+        write_load_plots,
+    )
+    from densegate.lab.bench.dp_policies import (
+        DP_POLICIES,
+        format_policy_tables,
+        goal,
+        policy_rows,
+        run_dp_policies,
+    )
+    from densegate.lab.bench.dp_runs import dp_trace
+
+    policies = _names(args.policies, list(DP_POLICIES))
+    for what, names, known in (("workload", workloads, list(WORKLOADS)),
+                               ("policy", policies, list(DP_POLICIES))):  # fmt: skip
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            print(
+                f"densegate bench: unknown {what} {unknown[0]!r} with --dp; choose from "
+                f"{', '.join(known)}",
+                file=sys.stderr,
+            )
+            return 2
+    if args.plot:
+        from densegate.impl.extras import require
+
+        require("matplotlib", "densegate bench --plot")  # before the runs, not after
+    base = bench_config()
+    out: list[dict[str, Any]] = []
+    ok = True
+    for name in workloads:
+        trace = dp_trace(WORKLOADS[name], args.seed, args.dp, args.requests)
+        cap = None
+        if args.load:
+            cap = capacity_per_tick(trace, base, args.dp, profile.model, args.seed)
+        for load in args.load or [1.0]:
+            t = trace if cap is None else at_load(trace, load, cap)
+            runs = run_dp_policies(t, base, args.dp, profile.model, policies, args.seed)
+            rows = policy_rows(runs)
+            ok = ok and all(r["finished"] == len(t) for r in rows)
+            entry = {"name": name, "load": load, "requests": len(t), "policies": rows,
+                     "goal": goal(rows)}  # fmt: skip
+            if cap is not None:
+                entry |= {"capacity_requests_per_tick": cap,
+                          "offered_requests_per_tick": offered_per_tick(t)}  # fmt: skip
+            out.append(entry)
+            if progress is not None:
+                progress(f"{name} load {load}: {len(t)} requests over {args.dp} ranks, "
+                         f"{len(policies)} policies done")  # fmt: skip
+    plots = write_load_plots(out, args.plot, args.dp) if args.plot else []
+    meaning = ("arrival rate / modeled capacity, the requests per tick gate-off finishes "
+               "with every request waiting at tick 0" if args.load else
+               "1 = each workload as defined")  # fmt: skip
+    if args.json:
+        print(json.dumps({
+            "dp": args.dp, "load_meaning": meaning,
+            "profile": profile.to_json() | {"samples": len(profile.samples)}, "workloads": out,
+            "plots": plots,
+        }))  # fmt: skip
+    else:
+        print(format_policy_tables(out, args.dp, profile.describe(), meaning))
+        for path in plots:
+            print(f"wrote {path}")
+    return 0 if ok else 1
 
 
 def _dp_cost(

@@ -7,13 +7,23 @@ should not; ``tests/test_cli_habits.py`` checks that these copies agree with it.
 
 from __future__ import annotations
 
-__all__ = ["BENCH_STALL_DEFAULT", "POLICY_NAMES", "WORKLOAD_NAMES"]
+__all__ = ["BENCH_STALL_DEFAULT", "DP_POLICY_NAMES", "POLICY_NAMES", "WORKLOAD_NAMES"]
 
 WORKLOAD_NAMES = ("steady", "bursty", "long-prompt", "chat")
 """``densegate.lab.bench.WORKLOADS``' keys, in its order."""
 
 POLICY_NAMES = ("densegate", "densegate-stall", "original", "legacy", "vllm-v1")
 """``densegate.lab.bench.BENCH_POLICIES``' keys, in its order."""
+
+DP_POLICY_NAMES = (
+    "densegate",
+    "gate-off",
+    "vllm-cadence",
+    "sglang-delayer",
+    "atom-coalescer",
+    "trtllm-adp",
+)
+"""``densegate.lab.bench.dp_policies.DP_POLICIES``, in its order (``--policies`` with ``--dp``)."""
 
 BENCH_STALL_DEFAULT = 4
 """``densegate.lab.bench.BENCH_STALL_PASSES``: the densegate-stall column's valve."""

@@ -28,13 +28,22 @@ from densegate.lab.cost.timeline import TimeFigures, dp_figures
 from densegate.lab.dp.phases import BASELINE, LOCAL_GATE, bench_phases
 from densegate.lab.dp.timing import TimingHooks
 
-__all__ = ["DP_PHASES", "DPPhaseRun", "InProcessCollective", "dp_trace", "run_dp_phases"]
+__all__ = [
+    "DP_PHASES",
+    "DPPhaseRun",
+    "InProcessCollective",
+    "ThreadGroup",
+    "dp_trace",
+    "run_dp_phases",
+]
 
 DP_PHASES = (COORDINATED, LOCAL_GATE, BASELINE)
 """The phases in table order; the last is the baseline of the ratios."""
 
 
-class _Group:
+class ThreadGroup:
+    """What the ranks of one in-process run share: a barrier and double-buffered slots."""
+
     def __init__(self, world: int, timeout_s: float) -> None:
         self.world = world
         self.timeout_s = timeout_s
@@ -45,7 +54,7 @@ class _Group:
 class InProcessCollective:
     """Sums vectors across threads; a healthy group only (a failure is an error here)."""
 
-    def __init__(self, group: _Group, rank: int) -> None:
+    def __init__(self, group: ThreadGroup, rank: int) -> None:
         self.group = group
         self.rank = rank
         self.calls = 0
@@ -107,7 +116,7 @@ def run_dp_phases(
     if dp < 2:
         raise ValueError(f"dp must be >= 2, got {dp}")
     config = DPConfig(engine, seed=seed, timeout_s=timeout_s, phases=bench_phases(engine))
-    group = _Group(dp, timeout_s)
+    group = ThreadGroup(dp, timeout_s)
     results: dict[int, list[RankReport]] = {}
     errors: list[BaseException] = []
 

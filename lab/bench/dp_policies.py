@@ -1,0 +1,272 @@
+"""The DP policies side by side: densegate, gate-off and the four peers
+(``densegate.lab.baselines.dp_peers``) through the real rank loops, modeled.
+
+Every policy is one phase of one ``run_rank`` run over the in-process collective
+of ``densegate.lab.bench.dp_runs``: densegate is the aligned phase, gate-off the
+uncoordinated phase with the gate off, and each peer an aligned phase whose
+decision the bench substitutes. ``PeerCollective`` appends the bench's slots
+(``full_ranks``, ``low_usage_ranks``) to the runtime's vector, so a tick still
+costs one all-reduce; ``PeerHooks`` feeds the reduced vector and the tick to the
+rank's peer copy and hands its decision to the engine in place of the aligned
+gate's, recording it in the report. The runtime is untouched; so in a peer phase
+the runtime's per-reason mixed-tick counts (``mixed_by_reason``) still name the
+aligned gate's reasons, and only the totals (``mixed_ticks``) are the peer's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from densegate.impl.dp.collective import Collective
+from densegate.impl.dp.config import COORDINATED, DPConfig, Phase
+from densegate.impl.dp.hooks import chain
+from densegate.impl.dp.rank import run_rank
+from densegate.impl.dp.report import RankReport
+from densegate.impl.dp_gate import VECTOR_SIZE, WAITING_TOKENS
+from densegate.impl.engine import Engine, EngineConfig
+from densegate.impl.figures import fmt
+from densegate.impl.gate import Decision, Reason
+from densegate.impl.sched.plan import PassPlan
+from densegate.impl.traces.workload import TraceRequest
+from densegate.lab.baselines.dp_peers import PEERS, PeerPolicy, PeerView
+from densegate.lab.bench.dp_runs import InProcessCollective, ThreadGroup
+from densegate.lab.cost.model import PassModel
+from densegate.lab.cost.timeline import dp_figures
+from densegate.lab.dp.phases import BASELINE
+from densegate.lab.dp.timing import TimingHooks
+
+__all__ = ["DP_POLICIES", "PeerCollective", "PeerHooks", "format_policy_tables", "goal",
+           "policy_rows", "run_dp_policies"]  # fmt: skip
+
+DP_POLICIES = ("densegate", "gate-off", *PEERS)
+"""``--policies`` names with ``--dp``, in table order."""
+_PHASE = {"densegate": COORDINATED, "gate-off": BASELINE}
+_EXTRA = 2  # full_ranks, low_usage_ranks
+
+
+class PeerCollective:
+    """An in-process collective that carries the bench's slots after the runtime's."""
+
+    def __init__(self, inner: InProcessCollective) -> None:
+        self.inner = inner
+        self.extra = [0] * _EXTRA
+        self.reduced_extra = [0] * _EXTRA
+        self.reduced: list[int] = []
+
+    def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
+        total = self.inner.all_reduce_sum([*vector, *self.extra], first=first)
+        self.reduced = total[: len(vector)]
+        self.reduced_extra = total[len(vector) :]
+        return self.reduced
+
+    def publish(self, record: bytes) -> None:
+        self.inner.publish(record)
+
+    def recover(self, calls: int, total: Sequence[int] | None) -> Any:
+        return self.inner.recover(calls, total)
+
+    def survivors(self, routed: int) -> Any:
+        return self.inner.survivors(routed)
+
+
+class _PeerPhase:
+    """One rank's peer over one phase: its slots in, its decision out."""
+
+    def __init__(self, name: str, policy: PeerPolicy, engine: Engine) -> None:
+        self.name = name
+        self.policy = policy
+        self.engine = engine
+        self.dense = engine.config.dense
+        self.tick = 0
+        self.collective: PeerCollective | None = None
+        self.decisions: list[tuple[int, bool, str]] = []
+        inner = engine.execute
+        engine.execute = self._execute  # type: ignore[method-assign]
+        self._inner: Callable[[PassPlan, Decision], Any] = inner
+
+    def at_tick(self, tick: int) -> None:
+        self.tick = tick
+
+    def before_collective(self, collective: Collective, vector: Sequence[int]) -> None:
+        if not isinstance(collective, PeerCollective):
+            raise TypeError("a peer phase needs the bench's PeerCollective")
+        self.collective = collective
+        sched = self.engine.scheduler
+        total = sched.config.num_blocks
+        low = total - sched.blocks.num_free < self.policy.low_watermark * total
+        collective.extra = [int(vector[WAITING_TOKENS] >= self.dense), int(low)]
+
+    def _execute(self, plan: PassPlan, decision: Decision) -> Any:
+        c = self.collective
+        assert c is not None, "execute before any collective"
+        ranks, waiting, tokens, decodes, kv, partial = c.reduced[:VECTOR_SIZE]
+        full, low = c.reduced_extra
+        view = PeerView(ranks, waiting, tokens, decodes, kv, partial, full, low, self.dense)
+        fire, reason = self.policy.decide(view, self.tick)
+        self.decisions.append((self.tick, fire, reason))
+        return self._inner(plan, Decision(fire, Reason.DENSE if fire else Reason.HOLD))
+
+    def finish(self, report: RankReport) -> None:
+        report.decisions = list(self.decisions)
+
+
+class _Quiet:
+    def at_tick(self, tick: int) -> None:
+        pass
+
+    def before_collective(self, collective: Collective, vector: Sequence[int]) -> None:
+        if isinstance(collective, PeerCollective):
+            collective.extra = [0] * _EXTRA
+
+    def finish(self, report: RankReport) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class PeerHooks:
+    """Rank hooks that run a fresh copy of the peer on each phase named for one."""
+
+    peers: dict[str, Callable[[], PeerPolicy]] = field(default_factory=dict)
+
+    def phase(self, rank: int, index: int, phase: Phase, engine: Engine) -> Any:
+        make = self.peers.get(phase.name)
+        return _Quiet() if make is None else _PeerPhase(phase.name, make(), engine)
+
+
+def run_dp_policies(
+    trace: Sequence[TraceRequest],
+    engine: EngineConfig,
+    dp: int,
+    model: PassModel,
+    policies: Sequence[str],
+    seed: int = 0,
+    timeout_s: float = 120.0,
+    peers: dict[str, Callable[[], PeerPolicy]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Every policy as one phase over ``dp`` threads: reports and modeled figures."""
+    if dp < 2:
+        raise ValueError(f"dp must be >= 2, got {dp}")
+    null = dataclasses.replace(engine, runner="null", model=None)
+    makers = dict(PEERS) if peers is None else dict(peers)
+    phases = [Phase(COORDINATED, "aligned", null)]
+    if "gate-off" in policies:
+        phases.append(Phase(BASELINE, "local", dataclasses.replace(null, gate_enabled=False)))
+    phases += [Phase(p, "aligned", null) for p in policies if p in makers]
+    config = DPConfig(engine, seed=seed, timeout_s=timeout_s, phases=tuple(phases))
+    hooks = chain(TimingHooks(), PeerHooks({p: makers[p] for p in policies if p in makers}))
+    group = ThreadGroup(dp, timeout_s)
+    results: dict[int, list[RankReport]] = {}
+    errors: list[BaseException] = []
+
+    def rank_thread(rank: int) -> None:
+        try:
+            coll = PeerCollective(InProcessCollective(group, rank))
+            results[rank] = run_rank(rank, dp, trace, config, coll, hooks=hooks)
+        except BaseException as e:  # surfaced below, after every thread stopped
+            errors.append(e)
+            group.barrier.abort()
+
+    threads = [threading.Thread(target=rank_thread, args=(r,), daemon=True) for r in range(dp)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"an in-process DP rank failed: {errors[0]!r}") from errors[0]
+    out: dict[str, dict[str, Any]] = {}
+    for name in policies:
+        phase = _PHASE.get(name, name)
+        reps = [next(x for x in results[r] if x.phase == phase) for r in range(dp)]
+        out[name] = {
+            "reports": reps,
+            "modeled": dp_figures([x.timing for x in reps], model).summary(),
+            "mixed_ticks": int(reps[0].alignment.get("mixed_ticks", 0)),
+            "finished": sum(len(x.finished) for x in reps),
+        }
+    return out
+
+
+_COLUMNS = ("tokens_per_s", "itl_ms_p50", "itl_ms_p99", "ttft_ms_p50", "ttft_ms_p99",
+            "ttft_ms_max", "mixed_ticks")  # fmt: skip
+_HIGHER = {"tokens_per_s"}
+
+
+def policy_rows(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per policy the columns, with ratios to gate-off and to the best peer per column."""
+    rows = []
+    for name, r in runs.items():
+        m = r["modeled"]
+        rows.append({
+            "name": name, "tokens_per_s": m["output_tokens_per_s"],
+            "itl_ms_p50": m["itl_ms"]["p50"], "itl_ms_p99": m["itl_ms"]["p99"],
+            "ttft_ms_p50": m["ttft_ms"]["p50"], "ttft_ms_p99": m["ttft_ms"]["p99"],
+            "ttft_ms_max": m["ttft_ms"]["max"], "mixed_ticks": r["mixed_ticks"],
+            "finished": r["finished"],
+        })  # fmt: skip
+    off = next((x for x in rows if x["name"] == "gate-off"), None)
+    peers = [x for x in rows if x["name"] in PEERS]
+    for x in rows:
+        x["ratio_to_gate_off"] = {c: _div(x[c], off[c]) if off else None for c in _COLUMNS}
+        best: dict[str, float | None] = {}
+        for c in _COLUMNS:
+            vals = [p[c] for p in peers if p[c] is not None]
+            pick = (max if c in _HIGHER else min)(vals) if vals else None
+            best[c] = _div(x[c], pick)
+        x["ratio_to_best_peer"] = best
+    return rows
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def goal(rows: Sequence[dict[str, Any]]) -> dict[str, bool] | None:
+    """Issue 24's goal for densegate against every peer present: tokens/s at least each
+    peer's, ITL p99 at most each peer's, TTFT p99 at most 1.25x the best peer's."""
+    ours = next((x for x in rows if x["name"] == "densegate"), None)
+    peers = [x for x in rows if x["name"] in PEERS]
+    if ours is None or not peers:
+        return None
+    return {
+        "tokens_per_s": all(ours["tokens_per_s"] >= p["tokens_per_s"] for p in peers),
+        "itl_ms_p99": all(ours["itl_ms_p99"] <= p["itl_ms_p99"] for p in peers),
+        "ttft_ms_p99": ours["ttft_ms_p99"] <= 1.25 * min(p["ttft_ms_p99"] for p in peers),
+    }
+
+
+def format_policy_tables(
+    by_workload: Sequence[dict[str, Any]], dp: int, profile: Sequence[str],
+    load: str = "1 = each workload as defined",
+) -> str:  # fmt: skip
+    """One markdown table per workload: policies as rows, ratios beside the figures."""
+    lines = [
+        f"DP policies side by side at dp={dp} (modeled: a tick is the slowest rank's pass "
+        "plus the collective, each pass priced by the profile below; ratios: to gate-off, "
+        f"and to the best peer on that column; load: {load})"
+    ]
+    lines += [f"  {x}" for x in profile]
+    head = (
+        "| policy | tokens/s | ITL ms p50 / p99 | TTFT ms p50 / p99 / max | mixed ticks "
+        "| tokens/s ÷ gate-off / best peer | ITL p99 ÷ best peer | TTFT p99 ÷ best peer |"
+    )
+    for w in by_workload:
+        lines += ["", f"### {w['name']} (modeled, dp={dp}, {w['requests']} requests, "
+                  f"load {fmt(w['load'])})", "", head, "|---|" + "---:|" * 7]  # fmt: skip
+        for x in w["policies"]:
+            g, b = x["ratio_to_gate_off"], x["ratio_to_best_peer"]
+            lines.append(
+                f"| {x['name']} | {fmt(x['tokens_per_s'])} | {fmt(x['itl_ms_p50'])} / "
+                f"{fmt(x['itl_ms_p99'])} | {fmt(x['ttft_ms_p50'])} / {fmt(x['ttft_ms_p99'])} / "
+                f"{fmt(x['ttft_ms_max'])} | {x['mixed_ticks']} | {fmt(g['tokens_per_s'])} / "
+                f"{fmt(b['tokens_per_s'])} | {fmt(b['itl_ms_p99'])} | {fmt(b['ttft_ms_p99'])} |"
+            )
+        met = w.get("goal")
+        if met is not None:
+            said = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items())
+            lines += ["", f"densegate against the peers (tokens/s >= each, ITL p99 <= each, "
+                      f"TTFT p99 <= 1.25x the best): {said}"]  # fmt: skip
+    return "\n".join(lines)
