@@ -16,7 +16,6 @@ aligned gate's reasons, and only the totals (``mixed_ticks``) are the peer's.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,6 @@ from typing import Any
 from densegate.impl.dp.collective import Collective
 from densegate.impl.dp.config import COORDINATED, DPConfig, Phase
 from densegate.impl.dp.hooks import chain
-from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
 from densegate.impl.dp_gate import VECTOR_SIZE, WAITING_TOKENS
 from densegate.impl.engine import Engine, EngineConfig
@@ -33,7 +31,7 @@ from densegate.impl.gate import Decision, Reason
 from densegate.impl.sched.plan import PassPlan
 from densegate.impl.traces.workload import TraceRequest
 from densegate.lab.baselines.dp_peers import PEERS, PeerPolicy, PeerView
-from densegate.lab.bench.dp_runs import InProcessCollective, ThreadGroup
+from densegate.lab.bench.dp_runs import InProcessCollective, run_rank_threads
 from densegate.lab.cost.model import PassModel
 from densegate.lab.cost.timeline import dp_figures
 from densegate.lab.dp.phases import BASELINE
@@ -158,25 +156,7 @@ def run_dp_policies(
     phases += [Phase(p, "aligned", null) for p in policies if p in makers]
     config = DPConfig(engine, seed=seed, timeout_s=timeout_s, phases=tuple(phases))
     hooks = chain(TimingHooks(), PeerHooks({p: makers[p] for p in policies if p in makers}))
-    group = ThreadGroup(dp, timeout_s)
-    results: dict[int, list[RankReport]] = {}
-    errors: list[BaseException] = []
-
-    def rank_thread(rank: int) -> None:
-        try:
-            coll = PeerCollective(InProcessCollective(group, rank))
-            results[rank] = run_rank(rank, dp, trace, config, coll, hooks=hooks)
-        except BaseException as e:  # surfaced below, after every thread stopped
-            errors.append(e)
-            group.barrier.abort()
-
-    threads = [threading.Thread(target=rank_thread, args=(r,), daemon=True) for r in range(dp)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"an in-process DP rank failed: {errors[0]!r}") from errors[0]
+    results = run_rank_threads(dp, trace, config, hooks, PeerCollective)
     out: dict[str, dict[str, Any]] = {}
     for name in policies:
         phase = _PHASE.get(name, name)

@@ -12,12 +12,13 @@ trace is N times the workload's size with arrivals N times as dense.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from densegate.impl.dp.collective import CollectiveError
+from densegate.impl.dp.collective import Collective, CollectiveError
 from densegate.impl.dp.config import COORDINATED, DPConfig
+from densegate.impl.dp.hooks import RankHooks
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
 from densegate.impl.engine import EngineConfig
@@ -32,16 +33,16 @@ __all__ = [
     "DP_PHASES",
     "DPPhaseRun",
     "InProcessCollective",
-    "ThreadGroup",
     "dp_trace",
     "run_dp_phases",
+    "run_rank_threads",
 ]
 
 DP_PHASES = (COORDINATED, LOCAL_GATE, BASELINE)
 """The phases in table order; the last is the baseline of the ratios."""
 
 
-class ThreadGroup:
+class _Group:
     """What the ranks of one in-process run share: a barrier and double-buffered slots."""
 
     def __init__(self, world: int, timeout_s: float) -> None:
@@ -54,7 +55,7 @@ class ThreadGroup:
 class InProcessCollective:
     """Sums vectors across threads; a healthy group only (a failure is an error here)."""
 
-    def __init__(self, group: ThreadGroup, rank: int) -> None:
+    def __init__(self, group: _Group, rank: int) -> None:
         self.group = group
         self.rank = rank
         self.calls = 0
@@ -104,6 +105,38 @@ class DPPhaseRun:
         return sum(len(r.finished) for r in self.reports)
 
 
+def run_rank_threads(
+    dp: int,
+    trace: Sequence[TraceRequest],
+    config: DPConfig,
+    hooks: RankHooks,
+    wrap: Callable[[InProcessCollective], Collective] = lambda c: c,
+) -> dict[int, list[RankReport]]:
+    """Every phase of ``config`` on ``dp`` rank threads over one in-process group
+    (``wrap`` may extend each rank's collective); rank -> its phase reports. A failing
+    rank aborts the group and is raised once every thread has stopped."""
+    group = _Group(dp, config.timeout_s)
+    results: dict[int, list[RankReport]] = {}
+    errors: list[BaseException] = []
+
+    def rank_thread(rank: int) -> None:
+        try:
+            coll = wrap(InProcessCollective(group, rank))
+            results[rank] = run_rank(rank, dp, trace, config, coll, hooks=hooks)
+        except BaseException as e:  # surfaced below, after every thread stopped
+            errors.append(e)
+            group.barrier.abort()
+
+    threads = [threading.Thread(target=rank_thread, args=(r,), daemon=True) for r in range(dp)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(f"an in-process DP rank failed: {errors[0]!r}") from errors[0]
+    return results
+
+
 def run_dp_phases(
     trace: Sequence[TraceRequest],
     engine: EngineConfig,
@@ -116,25 +149,7 @@ def run_dp_phases(
     if dp < 2:
         raise ValueError(f"dp must be >= 2, got {dp}")
     config = DPConfig(engine, seed=seed, timeout_s=timeout_s, phases=bench_phases(engine))
-    group = ThreadGroup(dp, timeout_s)
-    results: dict[int, list[RankReport]] = {}
-    errors: list[BaseException] = []
-
-    def rank_thread(rank: int) -> None:
-        try:
-            coll = InProcessCollective(group, rank)
-            results[rank] = run_rank(rank, dp, trace, config, coll, hooks=TimingHooks())
-        except BaseException as e:  # surfaced below, after every thread stopped
-            errors.append(e)
-            group.barrier.abort()
-
-    threads = [threading.Thread(target=rank_thread, args=(r,), daemon=True) for r in range(dp)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"an in-process DP rank failed: {errors[0]!r}") from errors[0]
+    results = run_rank_threads(dp, trace, config, TimingHooks())
     out: dict[str, DPPhaseRun] = {}
     for name in DP_PHASES:
         reps = [next(x for x in results[r] if x.phase == name) for r in range(dp)]
