@@ -90,6 +90,8 @@ def test_the_blocker_blocks(module: str) -> None:
         ("from densegate.impl import TorchRunner", ("torch",), "torch"),
         ("import densegate.spec", ("z3",), "prove"),
         ("import densegate.proofs", ("z3",), "prove"),
+        ("from densegate.integrations.vllm import GatedScheduler", ("vllm",), "vllm"),
+        ("from densegate.integrations.sglang import GatePass", ("sglang",), "sglang"),
     ],
 )
 def test_a_missing_extra_is_named(code: str, blocked: tuple[str, ...], extra: str) -> None:

@@ -13,7 +13,6 @@ is checked against ``SUPPORTED_SGLANG``; the config checks import no SGLang.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from densegate.integrations.sglang.config import (
@@ -25,6 +24,7 @@ from densegate.integrations.sglang.config import (
     gate_config,
     settings_from_env,
 )
+from densegate.integrations.versions import engine_attribute
 
 if TYPE_CHECKING:
     from densegate.integrations.sglang.delayer import DenseGatePrefillDelayer, GatePass
@@ -53,10 +53,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'densegate.integrations.sglang' has no attribute {name!r}")
-    import sglang
-
-    check_sglang_version(sglang.__version__)
-    return getattr(import_module(module), name)
+    return engine_attribute(__name__, name, _LAZY, "sglang", check_sglang_version)

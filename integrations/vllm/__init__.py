@@ -10,9 +10,9 @@ against ``SUPPORTED_VLLM``; the config checks import no vLLM.
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from densegate.integrations.versions import engine_attribute
 from densegate.integrations.vllm.config import (
     CONFIG_KEY,
     SUPPORTED_VLLM,
@@ -52,10 +52,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'densegate.integrations.vllm' has no attribute {name!r}")
-    import vllm
-
-    check_vllm_version(vllm.__version__)
-    return getattr(import_module(module), name)
+    return engine_attribute(__name__, name, _LAZY, "vllm", check_vllm_version)
