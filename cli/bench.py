@@ -101,7 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         metavar="N",
         help="with --cost: N data-parallel ranks (in-process, null runner), phases coordinated, "
-        "local gates and gate off (default 1)",
+        "local gates and gate off, modeled; with --runner torch --policies: N real gloo rank "
+        "processes, the policies measured (default 1)",
     )
     p.add_argument(
         "--rounds",
@@ -152,10 +153,22 @@ def main(args: argparse.Namespace) -> int:
         print(f"densegate bench: --device {args.device} is for --runner torch", file=sys.stderr)
         return 2
     args.device = args.device or "cpu"
-    if args.dp > 1 and profile is None:
-        print(f"densegate bench: --dp {args.dp} needs --cost", file=sys.stderr)
-        return 2
     workloads = _names(args.workloads, list(WORKLOADS))
+    if args.dp > 1 and args.runner == "torch" and args.policies:
+        if profile is not None or args.load:
+            flag = "--cost" if profile is not None else "--load"
+            print(f"densegate bench: {flag} is for the modeled side by side; --dp "
+                  f"{args.dp} --runner torch --policies measures", file=sys.stderr)  # fmt: skip
+            return 2
+        from densegate.cli.bench_measured import dp_measured
+
+        progress = None if args.quiet else _progress
+        requests = TORCH_REQUESTS if args.requests is None else args.requests
+        return dp_measured(args, workloads, _names(args.policies, []), requests, progress)
+    if args.dp > 1 and profile is None:
+        print(f"densegate bench: --dp {args.dp} needs --cost (or --runner torch --policies "
+              "to measure)", file=sys.stderr)  # fmt: skip
+        return 2
     if args.dp > 1 and args.policies:
         return _dp_policies(args, profile, workloads, None if args.quiet else _progress)
     if args.load:

@@ -25,12 +25,12 @@ import os
 import tempfile
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from densegate.impl.dp.collective import Excluded, TorchCollective, agree_backend
+from densegate.impl.dp.collective import Collective, Excluded, TorchCollective, agree_backend
 from densegate.impl.dp.config import DPConfig, check_trace
 from densegate.impl.dp.hooks import NO_HOOKS, RankHooks
 from densegate.impl.dp.membership import DEAD_KEY, EXCLUDED_KEY, STREAM_KEY
@@ -57,9 +57,13 @@ def rank_main(
     gather: bool = False,
     backend: str = "auto",
     hooks: RankHooks = NO_HOOKS,
+    wrap: Callable[[Collective], Collective] | None = None,
 ) -> tuple[int, list[RankReport], list[list[dict[str, Any]]] | None]:
     """Join the ``env://`` group, run every phase, write ``out_dir/rank{R}.json`` (all the
     phases so far, rewritten as each ends).
+
+    ``wrap`` (a top-level callable, pickled to the rank) may extend the rank's collective,
+    e.g. the bench's extra slots after the runtime's (one all-reduce a tick still).
 
     Returns ``(rank, this rank's reports, every rank's reports)``; the last is
     gathered onto rank 0 only with ``gather`` and a healthy group (else None).
@@ -97,9 +101,11 @@ def rank_main(
         world_size=world,
         timeout=datetime.timedelta(seconds=pg_timeout),
     )
-    collective = TorchCollective(
+    collective: Collective = TorchCollective(
         rank, world, store, config.timeout_s, config.startup_timeout_s, device, config.grace
     )
+    if wrap is not None:
+        collective = wrap(collective)
 
     def write(so_far: list[RankReport]) -> None:
         if out_dir is not None:
@@ -128,12 +134,13 @@ def _spawn_entry(
     out_dir: str,
     backend: str,
     hooks: RankHooks,
+    wrap: Callable[[Collective], Collective] | None,
 ) -> None:
     os.environ.update(env)
     os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
-        rank_main(trace, config, out_dir, backend=backend, hooks=hooks)
+        rank_main(trace, config, out_dir, backend=backend, hooks=hooks, wrap=wrap)
     except Excluded as e:
         logging.getLogger("densegate.dp").warning("%s; stopping", e)
         os._exit(EXCLUDED_EXIT_CODE)
@@ -194,13 +201,14 @@ def launch(
     backend: str = "auto",
     out_dir: str | None = None,
     hooks: RankHooks = NO_HOOKS,
+    wrap: Callable[[Collective], Collective] | None = None,
 ) -> DPResult:
     """Start ``world_size`` rank processes on 127.0.0.1 and wait for all of them.
 
     Ranks that exit abnormally are marked dead in the store at once; a rank
     the survivors agreed is gone is killed (it hung, or would only stop itself).
-    ``hooks`` go to every rank pickled (``densegate.impl.dp.hooks``).
-    ``ValueError`` before any process starts if a trace request cannot fit the
+    ``hooks`` and ``wrap`` go to every rank pickled (``densegate.impl.dp.hooks``;
+    ``rank_main``). ``ValueError`` before any process starts if a trace request cannot fit the
     engine (``densegate.impl.dp.config.check_trace``).
     """
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
@@ -222,7 +230,7 @@ def launch(
         Path(where).mkdir(parents=True, exist_ok=True)
         ctx = start_processes(  # type: ignore[no-untyped-call]
             _spawn_entry,
-            args=(env, list(trace), config, where, backend, hooks),
+            args=(env, list(trace), config, where, backend, hooks, wrap),
             nprocs=world_size,
             join=False,
             start_method=_start_method(),

@@ -31,7 +31,7 @@ from densegate.impl.gate import Decision, Reason
 from densegate.impl.sched.plan import PassPlan
 from densegate.impl.traces.workload import TraceRequest
 from densegate.lab.baselines.dp_peers import PEERS, PeerPolicy, PeerView
-from densegate.lab.bench.dp_runs import InProcessCollective, run_rank_threads
+from densegate.lab.bench.dp_runs import run_rank_threads
 from densegate.lab.cost.model import PassModel
 from densegate.lab.cost.timeline import dp_figures
 from densegate.lab.dp.phases import BASELINE
@@ -49,7 +49,7 @@ _EXTRA = 2  # full_ranks, low_usage_ranks
 class PeerCollective:
     """An in-process collective that carries the bench's slots after the runtime's."""
 
-    def __init__(self, inner: InProcessCollective) -> None:
+    def __init__(self, inner: Collective) -> None:
         self.inner = inner
         self.extra = [0] * _EXTRA
         self.reduced_extra = [0] * _EXTRA
@@ -66,9 +66,6 @@ class PeerCollective:
 
     def recover(self, calls: int, total: Sequence[int] | None) -> Any:
         return self.inner.recover(calls, total)
-
-    def survivors(self, routed: int) -> Any:
-        return self.inner.survivors(routed)
 
 
 class _PeerPhase:
