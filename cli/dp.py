@@ -190,7 +190,9 @@ def run_dp(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """``densegate run``'s options plus the DP knobs only this entry point has."""
-    p = argparse.ArgumentParser(
+    from densegate.cli.main import OneLineParser
+
+    p = OneLineParser(
         prog="python -m densegate.cli.dp",
         description="one data-parallel rank (env:// rendezvous, e.g. under torchrun)",
     )
@@ -207,7 +209,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """One rank under torchrun (or hand-set env vars); rank 0 prints the merged summary."""
-    args = build_parser().parse_args(argv)
+    from densegate.cli.main import UsageError
+
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as e:
+        print(e, file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     try:
         trace, config, hooks = _inputs(args, int(os.environ.get("WORLD_SIZE", "1")))

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 from densegate.cli.extras import missing_extra_line
 
-__all__ = ["COMMANDS", "UsageError", "build_parser", "main"]
+__all__ = ["COMMANDS", "OneLineParser", "UsageError", "build_parser", "main"]
 
 COMMANDS: dict[str, str] = {
     "prove": "densegate.cli.prove",
@@ -39,7 +39,7 @@ class UsageError(Exception):
     """A bad command line: ``main`` prints it as one line and returns 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (argparse prints the whole usage first) and
     comes back from ``main`` as 2, like every other bad input, instead of ``SystemExit``."""
 
@@ -67,7 +67,7 @@ class _Version(argparse.Action):
 def build_parser(full: Iterable[str] = ()) -> argparse.ArgumentParser:
     """Every subcommand, listed; only those in ``full`` get their flags (an
     ``add_arguments`` may import what its help needs, ``prove``'s the registry)."""
-    parser = _Parser(
+    parser = OneLineParser(
         prog="densegate",
         description="A verified dense prefill gate and the scheduler around it.",
     )

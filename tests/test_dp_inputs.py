@@ -121,3 +121,23 @@ def test_the_same_inputs_run_when_they_are_good(
         cli_main(argv)
     assert seen == [(2, 2.5, 40.0)]
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [(["--bogus"], "unrecognized arguments: --bogus"),
+     (["--stall-ticks", "x"], "--stall-ticks: invalid int value: 'x'")],
+)  # fmt: skip
+def test_the_torchrun_entry_point_refuses_a_bad_flag_in_one_line(
+    argv: list[str], says: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``python -m densegate.cli.dp`` (one rank under torchrun) answers like ``densegate``."""
+
+    def no_rank(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a rank started despite a bad flag")
+
+    monkeypatch.setattr(cli_dp, "rank_main", no_rank)
+    assert cli_dp.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m densegate.cli.dp:"), lines
+    assert says in lines[0]
