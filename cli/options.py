@@ -310,8 +310,8 @@ def engine_config(args: argparse.Namespace, runner: str) -> Any:
         stall_passes=args.stall_passes,
         gate_enabled=args.gate == "on",
         runner=runner,
-        device=args.device,
-        dtype=args.dtype,
+        device=str(args.device),
+        dtype=str(args.dtype),
         num_threads=threads(args) if runner == "torch" else None,
         check_weights=not getattr(args, "no_finite_check", False),
     )

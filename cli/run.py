@@ -41,6 +41,8 @@ _DP_ONLY = {
     "dp_startup_timeout": "--dp-startup-timeout",
 }
 """dest -> flag, for the flags only a data-parallel run reads."""
+_TORCH_ONLY = {"device": "--device", "dtype": "--dtype"}
+"""dest -> flag, for the flags only the torch runner reads."""
 _UNSET = {int: _UnsetInt, float: _UnsetFloat, str: _UnsetStr}
 
 
@@ -48,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The flags ``run`` shares with the torchrun entry point (``densegate.cli.options``);
     the defaults of flags only one mode reads are marked, so giving one is seen."""
     options.add_arguments(p)
-    for dest in (*_WORKLOAD_ONLY, *_PROMPT_ONLY, *_DP_ONLY):
+    for dest in (*_WORKLOAD_ONLY, *_PROMPT_ONLY, *_DP_ONLY, *_TORCH_ONLY):
         value = p.get_default(dest)
         p.set_defaults(**{dest: _UNSET[type(value)](value)})
 
@@ -79,6 +81,11 @@ def conflict(args: argparse.Namespace) -> str | None:
         return "--rate is for a generated workload: a --trace has its own arrivals"
     if args.model and args.runner == "null":
         return "--model runs the torch runner: not with --runner null"
+    if args.runner == "null":
+        torch_only = [f for d, f in _TORCH_ONLY.items() if _given(args, d)]
+        torch_only += ["--threads"] * (args.threads is not None)
+        if torch_only:
+            return f"{torch_only[0]} is for the torch runner: not with --runner null"
     generation = ["--max-tokens"] * _given(args, "max_tokens")
     generation += ["--stop-token-id"] * bool(args.stop_token_id)
     generation += ["--ignore-eos"] * bool(args.ignore_eos)

@@ -88,6 +88,21 @@ CASES: dict[str, tuple[list[str], dict[str, str | bytes], str]] = {
         {},
         "--device cuda is for --runner torch",
     ),
+    "run device with the null runner": (
+        ["run", "--runner", "null", "--device", "cuda", "--requests", "3"],
+        {},
+        "--device is for the torch runner: not with --runner null",
+    ),
+    "run dtype with the null runner": (
+        ["run", "--runner", "null", "--dtype", "float16", "--requests", "3"],
+        {},
+        "--dtype is for the torch runner",
+    ),
+    "run threads with the null runner": (
+        ["run", "--runner", "null", "--threads", "2", "--dp", "2", "--requests", "3"],
+        {},
+        "--threads is for the torch runner",
+    ),
     "run more local ranks than the cores can hold": (
         ["run", "--dp", "99999", "--requests", "4"],
         {},
