@@ -120,7 +120,8 @@ def deployment_case(*, data_parallel_size: int, cuda_graphs: bool) -> str:
     if data_parallel_size > 1:
         return (
             f"densegate: data_parallel_size={data_parallel_size}: each rank's engine core is "
-            "gated on its own (ranks are not aligned by densegate here; see docs/INTEGRATIONS.md)"
+            "gated on its own, not aligned across ranks (to align them: vLLM's default scheduler "
+            "with DENSEGATE_VLLM_DP=1, docs/INTEGRATIONS.md)"
         )
     if cuda_graphs:
         return (
