@@ -100,6 +100,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         target_fill=getattr(args, "target_fill", 1.0),
         stall_ticks=getattr(args, "stall_ticks", 0),
         kv_pressure_valve=getattr(args, "kv_valve", False),
+        align_ticks=getattr(args, "align_ticks", None),
         seed=args.seed,
         phases=phases,
     )

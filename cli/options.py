@@ -160,6 +160,15 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
         "under torchrun use python -m densegate.cli.dp)",
     )
     dp.add_argument(
+        "--align-ticks",
+        type=count(0),
+        default=None,
+        metavar="A",
+        help="the aligned gate's ALIGNED release: fire once every rank has waiting work and "
+        "the episode has been held A ticks (0: at once; default off; proved as D8). "
+        "`densegate tune --dp` proposes a value per workload",
+    )
+    dp.add_argument(
         "--router",
         choices=["round-robin", "least-loaded"],
         default="round-robin",

@@ -84,8 +84,86 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"requests per workload (default: each workload's size; at most {MAX_REQUESTS})",
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    p.add_argument(
+        "--dp",
+        type=count(2, 64),
+        default=None,
+        metavar="N",
+        help="tune the aligned gate at N data-parallel ranks (in-process, modeled): K and "
+        "--align-ticks per workload against the four DP peers; --requests is per rank "
+        f"(default {DP_REQUESTS})",
+    )
+    p.add_argument(
+        "--align-ticks",
+        dest="align_ticks",
+        nargs="+",
+        metavar="A",
+        help="with --dp: align_ticks candidates, 'off' or an int >= 0 (default off 0 2)",
+    )
+    p.add_argument(
+        "--load",
+        type=positive_float,
+        default=None,
+        metavar="L",
+        help="with --dp: arrivals at L times the modeled capacity (as `bench --load`; "
+        "default: each workload as defined)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_quiet(p)
+
+
+DP_REQUESTS = 30
+"""Requests per rank for ``--dp`` by default: what the load table of docs/BENCHMARKS.md uses."""
+
+
+def _aligns(values: list[str] | None) -> list[int | None] | None:
+    if values is None:
+        return None
+    out: list[int | None] = []
+    for v in (x for raw in values for x in raw.split(",") if x):
+        if v == "off":
+            out.append(None)
+        elif v.isdigit():
+            out.append(int(v))
+        else:
+            raise ValueError(f"--align-ticks: each value must be 'off' or an int >= 0, got {v!r}")
+    if not out:
+        raise ValueError("--align-ticks: give at least one value")
+    return out
+
+
+def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: list[int]) -> int:
+    """``tune --dp N``: per workload, the (K, align_ticks) proposal against the peers."""
+    from densegate.lab.bench import WORKLOADS, bench_config
+    from densegate.lab.bench.dp_load import at_load, capacity_per_tick
+    from densegate.lab.bench.dp_runs import dp_trace
+    from densegate.lab.bench.dp_tune import DEFAULT_ALIGNS, format_dp_tuning, tune_dp
+
+    aligns = _aligns(args.align_ticks) or list(DEFAULT_ALIGNS)
+    base = bench_config()
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    out = {}
+    for name in names:
+        trace = dp_trace(WORKLOADS[name], args.seed, args.dp, args.requests or DP_REQUESTS)
+        if args.load is not None:
+            cap = capacity_per_tick(trace, base, args.dp, profile.model, args.seed)
+            trace = at_load(trace, args.load, cap)
+        out[name] = tune_dp(trace, base, args.dp, profile.model, holds, aligns, args.seed,
+                            progress)  # fmt: skip
+    if args.json:
+        print(json.dumps({"profile": profile.describe(), "dp": args.dp, "load": args.load,
+                          "results": out}))  # fmt: skip
+        return 0
+    load = "each workload as defined" if args.load is None else f"{args.load:g}x capacity"
+    lines = [
+        f"aligned gate at dp={args.dp}, load {load} (modeled; proposed: the highest tokens/s "
+        "among the candidates whose TTFT p99 is within 1.25x the best peer's)"
+    ]
+    lines += [f"  {x}" for x in profile.describe()]
+    for name, t in out.items():
+        lines += ["", *format_dp_tuning(name, t)]
+    print("\n".join(lines))
+    return 0
 
 
 def bench_replay(workload: str, seed: int, requests: int | None, model: Any) -> Any:
@@ -206,6 +284,16 @@ def main(args: argparse.Namespace) -> int:
         dense, holds = default_grid(base.max_num_batched_tokens, base.max_num_seqs)
         dense = _ints(args.dense_tokens, "--dense-tokens") or ([] if args.dense_tokens else dense)
         holds = _ints(args.max_hold, "--max-hold-passes") or ([] if args.max_hold else holds)
+        dp_only = [f for f, v in (("--align-ticks", args.align_ticks), ("--load", args.load))
+                   if v is not None]  # fmt: skip
+        if args.dp is None and dp_only:
+            return fail(f"{dp_only[0]} is for --dp N")
+        if args.dp is not None:
+            if args.dense_tokens or args.ttft_ms is not None or args.ttft_passes is not None:
+                return fail("--dp tunes K and --align-ticks against the peers' TTFT: not with "
+                            "--dense-tokens, --ttft-ms or --ttft-passes")  # fmt: skip
+            _aligns(args.align_ticks)  # a bad value fails here, before any run
+            return _dp_main(args, profile, names, holds)
         candidates = grid(dense, holds, base.max_num_batched_tokens)
         target = None
         if args.ttft_ms is not None:

@@ -208,8 +208,11 @@ class AlignedGateConfig:
     ``stall_ticks`` (0 = off) fires once the aggregate fill has not grown for
     that many ticks: holding longer cannot make the batch denser. The KV valve
     fires while any rank is over its KV high watermark: there holding only lets
-    decodes grow into the blocks the waiting work needs. With the defaults and
-    one rank the gate is exactly ``PrefillGate``.
+    decodes grow into the blocks the waiting work needs. ``align_ticks`` (None =
+    off) fires ALIGNED once every rank has waiting work and the episode has been
+    held that many ticks (0: at once): the prefill tick is then aligned, and
+    holding longer trades every waiting request's TTFT for fill alone. With the
+    defaults and one rank the gate is exactly ``PrefillGate``.
     """
 
     dense_tokens: int
@@ -218,6 +221,7 @@ class AlignedGateConfig:
     target_fill: float | Fraction = 1.0
     stall_ticks: int = 0
     kv_pressure_valve: bool = False
+    align_ticks: int | None = None
 
     def __post_init__(self) -> None:
         owner = "AlignedGateConfig"
@@ -227,6 +231,8 @@ class AlignedGateConfig:
         exact_fraction(owner, "target_fill", self.target_fill)
         check_int(owner, "stall_ticks", self.stall_ticks, 0)
         check_bool(owner, "kv_pressure_valve", self.kv_pressure_valve)
+        if self.align_ticks is not None:
+            check_int(owner, "align_ticks", self.align_ticks, 0)
 
     @property
     def fill_tokens(self) -> int:
@@ -252,6 +258,7 @@ class AlignedGate:
     """
 
     __slots__ = (
+        "_align",
         "_budget",
         "_config",
         "_dense",
@@ -277,6 +284,7 @@ class AlignedGate:
         self._enabled = config.enabled
         self._stall = config.stall_ticks
         self._kv_valve = config.kv_pressure_valve
+        self._align = -1 if config.align_ticks is None else config.align_ticks
         self._h = 0
         self._last_fill = 0
         self._grew_at = 0
@@ -310,7 +318,8 @@ class AlignedGate:
         return obs.to_vector(self._dense)
 
     def decide(self, reduced: ReducedObservation, tick: int) -> Decision:
-        """Rules in order: EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, STALL, BUDGET, HOLD."""
+        """Rules in order: EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, ALIGNED, STALL,
+        BUDGET, HOLD."""
         if reduced.ranks != self._world:
             raise ValueError(
                 f"ReducedObservation.ranks must equal world_size={self._world}, got {reduced.ranks}"
@@ -346,6 +355,8 @@ class AlignedGate:
             reason = Reason.KV_PRESSURE
         elif waiting_ranks == self._world and fill >= self._fill_target:
             reason = Reason.DENSE
+        elif self._aligned(waiting_ranks):
+            reason = Reason.ALIGNED
         elif self._stall > 0 and tick - self._grew_at >= self._stall:
             reason = Reason.STALL
         elif self._h + 1 >= self._budget:
@@ -355,6 +366,11 @@ class AlignedGate:
             return _DECISIONS[Reason.HOLD]
         self._h = 0
         return _DECISIONS[reason]
+
+    def _aligned(self, waiting_ranks: int) -> bool:
+        """ALIGNED's test: the release is on, the episode has been held ``align_ticks``
+        ticks, and every rank has waiting work (so the prefill tick is aligned)."""
+        return self._align >= 0 and self._h >= self._align and waiting_ranks == self._world
 
     def __repr__(self) -> str:
         return f"AlignedGate({self._config!r}, world_size={self._world}, state={self.state})"

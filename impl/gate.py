@@ -46,6 +46,9 @@ class Reason(enum.Enum):
     """The valve: the waiting fill stopped growing for ``stall_passes`` passes
     (``PrefillGate`` with the valve on) or the aggregate fill for ``stall_ticks`` ticks
     (aligned gate)."""
+    ALIGNED = "aligned"
+    """Aligned gate only: every rank has waiting work and the episode has been held
+    ``align_ticks`` ticks, so the tick is aligned and holding only waits for fill."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,21 +1,14 @@
-"""D1-D7 over the aligned gate, for every parameter value and rank count, and the broken
-aligned gates they refute.
+"""D1-D8 over the aligned gate, for every parameter value and rank count.
 
 N is a symbolic parameter (N >= 1, unbounded), so nothing here is checked for "2 or 4
 ranks": agreement (D1) is proved on the two-rank product, which covers every pair of the
-N ranks at once; refinement (D6) on the product with the single-rank gate. Most broken
-gates change one condition. ``two_budgets`` is the original's composition (flaw 4 in
-docs/ARCHITECTURE.md): a cross-rank delayer with a pass budget of its own in front of a
-per-rank gate with another, so the worst-case hold is their sum. The ``local_*`` and
-``wall_clock_stall`` ones let a rank-local input decide, which made the original's ranks
-disagree.
+N ranks at once; refinement (D6) on the product with the single-rank gate. The broken
+aligned gates each obligation must refute are in ``densegate.proofs.dp_mutants``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from typing import ClassVar
+from collections.abc import Callable, Sequence
 
 import z3
 
@@ -24,215 +17,22 @@ from densegate.proofs.common import (
     age_is_hold,
     bounded_hold,
     hold_bounded,
-    named_mutant,
     one_command_and_ranked,
-    patch,
     true_invariant,
 )
+from densegate.proofs.dp_mutants import DP_MUTANTS
 from densegate.proofs.obligation import Monitor, Mutant, Obligation, Prop, Step
-from densegate.spec.dp_gate import DP, DpConditions, DpMachine, one_rank, pair, reason, same_reason
-from densegate.spec.machine import Command, Machine, Vars
+from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair, reason, same_reason
+from densegate.spec.machine import Machine, Vars
 from densegate.spec.properties import statement
 
 __all__ = ["DP_MUTANTS", "DP_OBLIGATIONS"]
 
 
-def _cond(**fields: object) -> type[DpMachine]:
-    """The spec machine with some atomic conditions replaced: a one-condition slip."""
-
-    class _M(DpMachine):
-        def conditions(self, p: Vars, s: Vars, o: Vars) -> DpConditions:
-            c = super().conditions(p, s, o)
-            return replace(c, **{k: f(self, p, s, o, c) for k, f in fields.items()})  # type: ignore[operator]
-
-    return _M
-
-
-def _counts(command: str, h: Callable[[Vars, Vars, Vars], z3.ExprRef]) -> type[DpMachine]:
-    """The spec machine with one command's next counter replaced: a one-rule slip."""
-
-    class _M(DpMachine):
-        def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-            cmds = super().commands(p, s, o)
-            was = next(c for c in cmds if c.name == command)
-            return patch(cmds, command, next=dict(was.next) | {"h": h(p, s, o)})
-
-    return _M
-
-
-# -- the original's composition: two budgets in short circuit ---------------------------
-
-
-class _TwoBudgets(DpMachine):
-    """A delayer (counter ``x``) holds until every rank is ready or ITS budget is spent;
-    only then is the per-rank gate (counter ``h``) consulted, with a budget of its own."""
-
-    delayer_first: ClassVar[bool] = False
-    """True: the delayer runs even when the gate is disabled, as in the original."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.state_sorts = {**self.state_sorts, "x": z3.Int}
-
-    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
-        return z3.And(super().init(p, s), s["x"] == 0)
-
-    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        c = self.conditions(p, s, o)
-        mem = self.memory(p, s, o)
-        allows = z3.Or(c.dense, s["x"] + 1 >= p["K"])  # delayer: all ranks ready, or expired
-        reset = {"h": z3.IntVal(0), "x": z3.IntVal(0), **mem}
-        gate_on = z3.BoolVal(True) if self.delayer_first else c.enabled
-        gate_live = z3.And(c.waiting, c.enabled, c.decoding, allows)
-
-        def fire(name: str, guard: z3.BoolRef) -> Command:
-            return Command(name, guard, {"fire": z3.BoolVal(True), "reason": reason(name)}, reset)
-
-        def hold(name: str, guard: z3.BoolRef, nxt: Mapping[str, z3.ExprRef]) -> Command:
-            out = {"fire": z3.BoolVal(False), "reason": reason("HOLD")}
-            return Command(name, guard, out, {**nxt, **mem})
-
-        pre = allows if self.delayer_first else z3.BoolVal(True)
-        delay_needs = c.waiting if self.delayer_first else z3.And(c.waiting, c.enabled, c.decoding)
-        return (
-            fire("EMPTY", z3.Not(c.waiting)),
-            hold(
-                "DELAY",
-                z3.And(delay_needs, gate_on, z3.Not(allows)),
-                {"h": s["h"], "x": s["x"] + 1},
-            ),
-            fire("DISABLED", z3.And(c.waiting, z3.Not(c.enabled), pre)),
-            fire("NO_DECODE", z3.And(c.waiting, c.enabled, z3.Not(c.decoding), pre)),
-            fire("DENSE", z3.And(gate_live, c.dense)),
-            fire("BUDGET", z3.And(gate_live, z3.Not(c.dense), c.spent)),
-            hold(
-                "HOLD",
-                z3.And(gate_live, z3.Not(c.dense), z3.Not(c.spent)),
-                {"h": s["h"] + 1, "x": s["x"]},
-            ),
-        )
-
-
-class _DelayerIgnoresDisabled(_TwoBudgets):
-    delayer_first = True
-
-
-# -- a rank-local clock leaking into the decision ----------------------------------------
-
-
-class _WallClockStall(DpMachine):
-    def memory(self, p: Vars, s: Vars, o: Vars) -> dict[str, z3.ExprRef]:
-        return {"q": o["F"], "g": z3.If(o["F"] > s["q"], o["clock"], s["g"])}
-
-    def conditions(self, p: Vars, s: Vars, o: Vars) -> DpConditions:
-        c = super().conditions(p, s, o)
-        quiet = o["clock"] - self.memory(p, s, o)["g"]
-        return replace(c, stalled=z3.And(p["S"] > 0, quiet >= p["S"]))
-
-
-class _StallGap(DpMachine):
-    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        cmds = super().commands(p, s, o)
-        stall = next(c for c in cmds if c.name == "STALL")
-        quiet = o["t"] - self.memory(p, s, o)["g"]
-        return patch(cmds, "STALL", guard=z3.And(stall.guard, quiet > p["S"]))
-
-
-class _KvOverlap(DpMachine):
-    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        c = self.conditions(p, s, o)
-        guard = z3.And(c.waiting, c.decoding, c.pressured)  # forgets enabled
-        return patch(super().commands(p, s, o), "KV_PRESSURE", guard=guard)
-
-
-_CATALOG: dict[str, tuple[type[DpMachine], str]] = {
-    "two_budgets": (
-        _TwoBudgets,
-        "cross-rank delayer with its own K-pass budget in front of a per-rank gate with another "
-        "(flaw 4): the holds add up",
-    ),
-    "delayer_ignores_disabled": (
-        _DelayerIgnoresDisabled,
-        "the cross-rank delayer holds even when the gate is disabled",
-    ),
-    "local_dense": (
-        _cond(dense=lambda m, p, s, o, c: o["lf"] >= p["T"]),
-        "density judged on this rank's own queue (the original's local 'prefillable')",
-    ),
-    "local_tail_escape": (
-        _cond(decoding=lambda m, p, s, o, c: o["ld"] > 0),
-        "tail escape on this rank's decodes only",
-    ),
-    "wall_clock_stall": (
-        _WallClockStall,
-        "stall valve timed by this rank's wall clock instead of the shared tick",
-    ),
-    "local_hold_counter": (
-        _counts("HOLD", lambda p, s, o: z3.If(o["lw"] == 1, s["h"] + 1, s["h"])),
-        "hold counter advances only on ranks with waiting work of their own",
-    ),
-    "tail_escape_dropped": (
-        _cond(decoding=lambda m, p, s, o, c: z3.BoolVal(True)),
-        "no tail escape: holds while no rank decodes",
-    ),
-    "budget_off_by_one": (
-        _cond(spent=lambda m, p, s, o, c: s["h"] >= p["K"]),
-        "budget fires at h >= K instead of h + 1 >= K",
-    ),
-    "count_while_empty": (
-        _counts("EMPTY", lambda p, s, o: s["h"] + 1),
-        "counter advances on ticks where nothing waits",
-    ),
-    "hold_not_counted": (
-        _counts("HOLD", lambda p, s, o: s["h"]),
-        "a HOLD does not advance the counter",
-    ),
-    "growth_resets_budget": (
-        _counts("HOLD", lambda p, s, o: z3.If(o["F"] > s["q"], z3.IntVal(1), s["h"] + 1)),
-        "a growing queue restarts the hold budget (steady arrivals hold forever)",
-    ),
-    "stall_gap": (_StallGap, "STALL guard t - g > S leaves t - g = S uncovered"),
-    "kv_overlap": (_KvOverlap, "KV_PRESSURE guard forgets enabled, overlapping DISABLED"),
-    "disabled_ignored": (
-        _cond(enabled=lambda m, p, s, o, c: z3.BoolVal(True)),
-        "the enabled flag is ignored",
-    ),
-    "dense_strict": (
-        _cond(dense=lambda m, p, s, o, c: z3.And(o["W"] == p["N"], o["F"] > p["T"] * p["N"])),
-        "dense test F > T*N instead of F >= T*N",
-    ),
-    "dense_any_rank": (
-        _cond(dense=lambda m, p, s, o, c: z3.And(o["W"] >= 1, o["F"] >= p["T"] * p["N"])),
-        "dense without every rank waiting: idle ranks decode through a mixed tick",
-    ),
-    "dense_unscaled": (
-        _cond(dense=lambda m, p, s, o, c: z3.And(o["W"] == p["N"], o["F"] >= p["T"])),
-        "fill threshold not scaled by the number of ranks",
-    ),
-    "stall_zero_not_off": (
-        _cond(
-            stalled=lambda m, p, s, o, c: o["t"] - m.memory(p, s, o)["g"] >= p["S"],
-        ),
-        "stall_ticks = 0 means 'stalled at once' instead of 'valve off'",
-    ),
-    "kv_valve_ignores_flag": (
-        _cond(pressured=lambda m, p, s, o, c: o["P"] > 0),
-        "KV-pressure valve fires even when configured off",
-    ),
-}
-
-
-DP_MUTANTS: dict[str, Mutant] = {
-    name: named_mutant("dp", name, description, cls())
-    for name, (cls, description) in _CATALOG.items()
-}
-"""Every broken aligned gate (as a single rank), by name; each is refuted by a D obligation."""
-
-
 # -- the obligations ----------------------------------------------------------------------
 
 
-_READABLE = {"B": 8, "K": 4, "N": 3, "S": 3}
+_READABLE = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3}
 
 
 def _readable(p: Vars) -> z3.BoolRef:
@@ -293,6 +93,15 @@ def _d7(st: Step) -> z3.BoolRef:
     )
 
 
+def _d8(st: Step) -> z3.BoolRef:
+    p, o, h = st.p, st.o, st.s["h"]
+    ready = z3.And(p["al"], o["W"] == p["N"], h >= p["A"])
+    return z3.And(
+        z3.Implies(st.out["reason"] == reason("ALIGNED"), ready),
+        z3.Implies(z3.And(ready, p["enabled"], o["D"] > 0), st.out["fire"]),
+    )
+
+
 def _wrap(wrap: Callable[[DpMachine], Machine], m: Mutant) -> Mutant:
     machine = m.machine
     assert isinstance(machine, DpMachine)
@@ -330,7 +139,13 @@ DP_OBLIGATIONS: list[Obligation] = [
         "D1",
         _d1,
         _d1_inv,
-        ["local_dense", "local_tail_escape", "wall_clock_stall", "local_hold_counter"],
+        [
+            "local_dense",
+            "local_tail_escape",
+            "wall_clock_stall",
+            "local_hold_counter",
+            "aligned_local",
+        ],
         machine=pair(DP),
         wrap=pair,
     ),
@@ -344,6 +159,7 @@ DP_OBLIGATIONS: list[Obligation] = [
             "count_while_empty",
             "hold_not_counted",
             "growth_resets_budget",
+            "aligned_keeps_count",
         ],
         monitors=[AGE],
         readable=_two_budgets_visible,
@@ -358,7 +174,7 @@ DP_OBLIGATIONS: list[Obligation] = [
         "D4",
         one_command_and_ranked,
         hold_bounded,
-        ["stall_gap", "kv_overlap", "hold_not_counted", "growth_resets_budget"],
+        ["stall_gap", "kv_overlap", "aligned_overlap", "hold_not_counted", "growth_resets_budget"],
         needs_step=False,
     ),
     _ob(
@@ -377,6 +193,7 @@ DP_OBLIGATIONS: list[Obligation] = [
             "stall_zero_not_off",
             "kv_valve_ignores_flag",
             "count_while_empty",
+            "aligned_ignores_flag",
         ],
         machine=one_rank(DP),
         wrap=one_rank,
@@ -386,5 +203,11 @@ DP_OBLIGATIONS: list[Obligation] = [
         _d7,
         true_invariant,
         ["dense_any_rank", "dense_unscaled", "dense_strict", "tail_escape_dropped"],
+    ),
+    _ob(
+        "D8",
+        _d8,
+        true_invariant,
+        ["aligned_any_rank", "aligned_off_by_one", "aligned_ignores_flag"],
     ),
 ]

@@ -93,7 +93,11 @@ class Obligation:
     """Extra constraints tried first when searching a trace, for small numbers."""
     scope: str | None = None
     """What is fixed beyond the parameters (e.g. the number of request slots); an
-    obligation with a scope is reported as not parametric."""
+    obligation with a scope is reported as not parametric unless ``parametric`` says so."""
+    parametric: bool | None = None
+    """None: parametric exactly when there is no bound and no scope. True, with a scope:
+    proved for any number of requests (no slot count, no bound), the scope naming what
+    else is fixed (say, the block size), never a bound on the requests."""
     lemmas: Sequence[Callable[[], z3.BoolRef]] = ()
     """Closed arithmetic facts the statement relies on, each proved valid alongside."""
     triggers: Sequence[Prop] | None = None

@@ -195,7 +195,7 @@ def prove(ob: Obligation, mutants: bool = True) -> ObligationResult:
         ob.statement,
         status,
         seconds,
-        parametric=ob.bound is None and ob.scope is None,
+        parametric=ob.bound is None and (ob.scope is None or ob.parametric is True),
         bound=ob.bound_text,
         scope=ob.scope,
         checks=checks,

@@ -104,10 +104,11 @@ LEVELS: tuple[Level, ...] = (
     ),
     Level(
         "scheduler",
-        "the scheduler (S1-S11) at block size 2, its gate without the STALL valve: S8 at 3 "
-        "request slots; the others on slot-free machines for any number of requests, given "
-        "facts that S8 checks of the per-slot scheduler at 3 request slots",
-        tuple(f"S{i}" for i in range(1, 12)),
+        "the scheduler (S1-S14) at block size 2, its gate without the STALL valve: S8 at 3 "
+        "request slots; the others for any number of requests, on slot-free machines whose "
+        "facts the folds S11-S14 prove of the per-slot scheduler, but S6, whose window "
+        "facts S8 checks at 3 request slots",
+        tuple(f"S{i}" for i in range(1, 15)),
         (
             _scheduler("ledger", "LEDGER_OBLIGATIONS"),
             _scheduler("summary", "SUMMARY_OBLIGATIONS"),
@@ -116,12 +117,15 @@ LEVELS: tuple[Level, ...] = (
             _scheduler("per_slot", "PER_SLOT_OBLIGATIONS", "PER_SLOT_MUTANTS"),
             _scheduler("life", "LIFE_OBLIGATIONS"),
             _scheduler("decode_scan", "DECODE_OBLIGATIONS"),
+            _scheduler("victim", "VICTIM_OBLIGATIONS"),
+            _scheduler("join", "JOIN_OBLIGATIONS"),
+            _scheduler("tail", "TAIL_OBLIGATIONS"),
         ),
     ),
     Level(
         "dp",
-        "the aligned gate over N ranks (D1-D7), for all parameters and any N",
-        tuple(f"D{i}" for i in range(1, 8)),
+        "the aligned gate over N ranks (D1-D8), for all parameters and any N",
+        tuple(f"D{i}" for i in range(1, 9)),
         (Source("densegate.proofs.dp_obligations", "DP_OBLIGATIONS", "DP_MUTANTS"),),
     ),
     Level(

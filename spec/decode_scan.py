@@ -8,9 +8,9 @@ and how many of them run. A victim other than the decoding request is then
 "some running request after it, holding at least one block" (the per-slot
 machine's pick, the newest, is one such), which is all that free >= 0 and
 progress need. What the scan proves is an induction over the turns, one
-request per step, so it holds for every number of turns; that the per-slot
-machine's decode phase is such a scan (its victim one the scan allows) is
-checked by S8 only at a fixed number of request slots, which S11's scope says.
+request per step, so it holds for every number of turns; that each decode turn
+of the per-slot machine (its victim search a fold over the later slots) is a
+step of the scan is S12's lemma, for any number of requests.
 """
 
 from __future__ import annotations
@@ -29,24 +29,25 @@ __all__ = ["DecodeScan", "RequestOk"]
 RequestOk = Callable[[z3.ArithRef, z3.ArithRef, Req], z3.BoolRef]
 """``(prompt, max_tokens, request) -> bool``: what every request satisfies (S10)."""
 
-_STATE = ("free", "done_held", "rest_held", "rest_run", "d", "owing", "pre", "run_done")
+_STATE = ("free", "done_held", "rest_held", "rest_run", "d", "owing", "pre", "run_done", "wait")
 
 
 class DecodeScan(Machine):
     """Step 1 over the turns of a pass; ``m`` (one slot) gives the block size and the
     preemption hook, ``request_ok`` the per-request facts every turn's request meets.
 
-    Parameters: KV blocks ``N`` and the running requests ``run0`` after step 0.
-    State: free blocks; blocks held by requests whose turn is done and by the
-    rest; running requests in the rest; decodes, owing partial prefills and
-    preemptions so far; running requests whose turn is done.
+    Parameters: KV blocks ``N`` and the running and waiting requests ``run0``,
+    ``wait0`` after step 0. State: free blocks; blocks held by requests whose turn
+    is done and by the rest; running requests in the rest; decodes, owing partial
+    prefills and preemptions so far; running requests whose turn is done; waiting
+    requests (every preemption queues one).
     """
 
     def __init__(self, m: SchedulerMachine, request_ok: RequestOk) -> None:
         self.m = m
         self.request_ok = request_ok
         self.name = f"decode scan[{m.name.removeprefix('scheduler')}]"
-        self.param_sorts = {"N": z3.Int, "run0": z3.Int}
+        self.param_sorts = {"N": z3.Int, "run0": z3.Int, "wait0": z3.Int}
         self.state_sorts = {k: z3.Int for k in _STATE}
         self.obs_sorts = {k: z3.Int for k in ("st", "c", "g", "b", "P", "M", "vb")}
         self.out_sorts = {"dec": z3.Bool, "victims": z3.Int}
@@ -54,7 +55,8 @@ class DecodeScan(Machine):
     def param_ok(self, p: Vars) -> z3.BoolRef:
         """Blocks for at least the smallest request (prompt 1, one output), as the per-slot
         machine's parameters demand of each of its requests: else no turn could follow."""
-        return z3.And(p["N"] >= 1, self.m.blocks_for(z3.IntVal(2)) <= p["N"], p["run0"] >= 0)
+        enough = self.m.blocks_for(z3.IntVal(2)) <= p["N"]
+        return z3.And(p["N"] >= 1, enough, p["run0"] >= 0, p["wait0"] >= 0)
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
         """The pass after step 0: blocks conserved, each running request holds >= 1."""
@@ -65,6 +67,7 @@ class DecodeScan(Machine):
             s["rest_run"] == p["run0"],
             s["rest_held"] >= s["rest_run"],
             z3.Implies(s["rest_run"] == 0, s["rest_held"] == 0),
+            s["wait"] == p["wait0"],
             *zero,
         )
 
@@ -118,6 +121,7 @@ class DecodeScan(Machine):
             "owing": s["owing"] + z3.If(z3.And(still, z3.Not(dec)), 1, 0),
             "pre": s["pre"] + victims,
             "run_done": s["run_done"] + z3.If(still, 1, 0),
+            "wait": s["wait"] + victims,
         }
         return [Command("TURN", z3.BoolVal(True), {"dec": dec, "victims": victims}, nxt)]
 

@@ -3,9 +3,11 @@
 One rank's copy of the gate. Parameters: ``B`` (dense_tokens), ``K``
 (max_hold_passes), ``N`` >= 1 ranks (symbolic, unbounded), ``T`` the per-rank
 fill threshold ``ceil(target_fill * B)``, ``S`` stall ticks (0 = off), ``kv``
-(KV-pressure valve on), ``enabled``. State: ``h`` (ticks the episode has been
-held) and the stall memory ``q`` (last aggregate fill) and ``g`` (tick it last
-grew). The observation is the SUM-reduced vector every rank sees alike (``W``
+(KV-pressure valve on), ``enabled``, ``al`` (the aligned release on) and ``A``
+(its ``align_ticks``: fire once every rank waits and ``h >= A``). State: ``h``
+(ticks the episode has been held) and the stall memory ``q`` (last aggregate
+fill) and ``g`` (tick it last grew). The observation is the SUM-reduced vector
+every rank sees alike (``W``
 ranks waiting, ``F`` aggregate capped fill, ``D`` decodes, ``P`` ranks under KV
 pressure, ``C`` ranks mid chunked prefill, ``t`` the shared tick) plus this
 rank's own summand and wall clock, which the gate must ignore. Keeping the local
@@ -14,8 +16,8 @@ view in the observation is what lets a mutant leak it, and the two-rank product
 Ticks are any non-negative ints: nothing proved assumes they increase, so a
 skipped or repeated tick can only shift when STALL fires.
 
-``one_rank`` states the refinement: with ``N = 1``, ``T = B``, ``S = 0`` and the
-KV valve off, this machine and ``densegate.spec.gate.GATE`` take the same
+``one_rank`` states the refinement: with ``N = 1``, ``T = B``, ``S = 0``, the
+KV valve and the aligned release off, this machine and ``densegate.spec.gate.GATE`` take the same
 decision on the same pass.
 """
 
@@ -45,7 +47,7 @@ __all__ = [
     "same_reason",
 ]
 
-REASONS = (*single.REASONS, "KV_PRESSURE", "STALL")
+REASONS = (*single.REASONS, "KV_PRESSURE", "STALL", "ALIGNED")
 """In ``densegate.impl.Reason`` order: the single-rank six, then the aligned gate's valves."""
 DpReason, _reason_values = z3.EnumSort("DpReason", list(REASONS))
 _BY_NAME = dict(zip(REASONS, _reason_values, strict=True))
@@ -86,6 +88,7 @@ class DpConditions:
     decoding: z3.BoolRef
     pressured: z3.BoolRef
     dense: z3.BoolRef
+    aligned: z3.BoolRef
     stalled: z3.BoolRef
     spent: z3.BoolRef
 
@@ -105,6 +108,8 @@ class DpMachine(Machine):
             "S": z3.Int,
             "kv": z3.Bool,
             "enabled": z3.Bool,
+            "al": z3.Bool,
+            "A": z3.Int,
         }
         self.state_sorts = {"h": z3.Int, "q": z3.Int, "g": z3.Int}
         self.obs_sorts = {k: z3.Int for k in (*SHARED, *LOCAL)}
@@ -112,7 +117,13 @@ class DpMachine(Machine):
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
         return z3.And(
-            p["B"] >= 1, p["K"] >= 1, p["N"] >= 1, p["T"] >= 1, p["T"] <= p["B"], p["S"] >= 0
+            p["B"] >= 1,
+            p["K"] >= 1,
+            p["N"] >= 1,
+            p["T"] >= 1,
+            p["T"] <= p["B"],
+            p["S"] >= 0,
+            p["A"] >= 0,
         )
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
@@ -190,6 +201,7 @@ class DpMachine(Machine):
             decoding=o["D"] > 0,
             pressured=z3.And(p["kv"], o["P"] > 0),
             dense=z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"]),
+            aligned=z3.And(p["al"], o["W"] == p["N"], s["h"] >= p["A"]),
             stalled=z3.And(p["S"] > 0, o["t"] - grew_at >= p["S"]),
             spent=s["h"] + 1 >= p["K"],
         )
@@ -199,7 +211,8 @@ class DpMachine(Machine):
         mem = self.memory(p, s, o)
         live = z3.And(c.waiting, c.enabled, c.decoding)
         calm = z3.And(live, z3.Not(c.pressured))
-        thin = z3.And(calm, z3.Not(c.dense))
+        sparse = z3.And(calm, z3.Not(c.dense))
+        thin = z3.And(sparse, z3.Not(c.aligned))
         slow = z3.And(thin, z3.Not(c.stalled))
         return (
             _fire("EMPTY", z3.Not(c.waiting), mem),
@@ -207,6 +220,7 @@ class DpMachine(Machine):
             _fire("NO_DECODE", z3.And(c.waiting, c.enabled, z3.Not(c.decoding)), mem),
             _fire("KV_PRESSURE", z3.And(live, c.pressured), mem),
             _fire("DENSE", z3.And(calm, c.dense), mem),
+            _fire("ALIGNED", z3.And(sparse, c.aligned), mem),
             _fire("STALL", z3.And(thin, c.stalled), mem),
             _fire("BUDGET", z3.And(slow, c.spent), mem),
             _hold(z3.And(slow, z3.Not(c.spent)), {"h": s["h"] + 1, **mem}),
@@ -313,6 +327,8 @@ class _OneRank(Machine):
             "T": p["B"],
             "S": zero,
             "kv": z3.BoolVal(False),
+            "al": z3.BoolVal(False),
+            "A": zero,
         }
 
     def _dp_obs(self, p: Vars, o: Vars) -> Vars:
@@ -368,7 +384,8 @@ class _OneRank(Machine):
 
 
 def one_rank(dp: DpMachine, gate: Machine = single.GATE) -> Machine:
-    """The refinement product: ``dp`` with N = 1, T = B, S = 0, KV valve off, beside ``gate``.
+    """The refinement product: ``dp`` with N = 1, T = B, S = 0, KV valve and aligned release
+    off, beside ``gate``.
 
     Observation: the single-rank pass (``w`` uncapped, ``d``) plus the inputs
     the one-rank configuration must ignore (KV bit ``P``, chunk bit ``C``, tick

@@ -83,7 +83,8 @@ PROPERTIES: tuple[Property, ...] = (
     Property(
         "D6",
         "one-rank refinement",
-        "refinement: one rank, T = B, stall and KV valves off equals the gate machine "
+        "refinement: one rank, T = B, stall and KV valves and aligned release off equals the "
+        "gate machine "
         "(P level) step for step: decision, reason, counter",
     ),
     Property(
@@ -91,6 +92,12 @@ PROPERTIES: tuple[Property, ...] = (
         "aligned density",
         "aligned density: DENSE => every rank waits and F >= T*N; "
         "HOLD => enabled, W > 0, D > 0 and not dense",
+    ),
+    Property(
+        "D8",
+        "aligned release",
+        "aligned release: ALIGNED => the release is on, every rank waits (W = N) and h >= A; "
+        "with it on, enabled, W = N, h >= A and D > 0 => FIRE (no HOLD once aligned)",
     ),
     Property(
         "V1",
@@ -131,7 +138,8 @@ PROPERTIES: tuple[Property, ...] = (
         "R2",
         "AlignedGate refines the DP gate",
         "code refines model: for any number of ranks N and every configuration (gate, KV "
-        "valve and STALL valve each on or off; fill_tokens any T in [1, B]), from every state "
+        "valve, STALL valve and aligned release (any A >= 0) each on or off; fill_tokens any "
+        "T in [1, B]), from every state "
         "(0 <= h < K, any stall memory) one call of AlignedGate.decide on any reduced vector "
         "and tick the spec admits returns the spec's decision and reason and leaves the "
         "spec's next state",

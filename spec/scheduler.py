@@ -11,7 +11,8 @@ One pass, exactly as ``densegate.impl.sched.scheduler`` runs it:
 
 0. aborts end requests (their blocks are freed), then arrivals join the queue;
 1. decodes in slot order, each taking a KV slot; with no free block the
-   highest running slot is preempted by recompute;
+   highest running slot is preempted by recompute (a fold of ``victim_step``
+   from the last slot back: ``densegate.spec.victim_search``);
 2. partial prefills get their next chunk from the pass budget;
 3. if nothing was preempted, waiting slots are admitted FCFS within budget,
    sequence slots and free blocks (whole sequence reserved), the last chunked;
@@ -45,12 +46,12 @@ from densegate.spec.scheduler_request import (
     end_or_join,
     needs_block,
     owed,
-    preempt,
     reserve_and_run,
     sample,
     take_block,
 )
 from densegate.spec.scheduler_scan import admit_start, admit_step, partial_step
+from densegate.spec.victim_search import Search, search_start, search_step
 
 __all__ = [
     "ABORTED",
@@ -183,6 +184,12 @@ class SchedulerMachine(Machine):
         """Blocks a preemption by recompute returns to the free pool."""
         return held
 
+    def victim_step(
+        self, acc: Search, r: Req, slot: z3.ArithRef, short: z3.BoolRef
+    ) -> tuple[Search, Req, z3.BoolRef]:
+        """One slot of a short decode turn's victim search (from the last slot back)."""
+        return search_step(acc, r, slot, short, self.preempt_frees)
+
     def partial_chunk(
         self, left: z3.ArithRef, cap: z3.ArithRef, budget: z3.ArithRef
     ) -> z3.ArithRef:
@@ -269,13 +276,11 @@ class SchedulerMachine(Machine):
             dec = decodes(reqs[i], P[i])
             grow = z3.And(dec, needs_block(reqs[i], P[i], bs))
             short = z3.And(grow, free == 0)
-            later_running = z3.BoolVal(False)
+            # the victim search: a fold of ``victim_step`` from the last slot back to i
+            search = search_start(free)
             for j in reversed(range(i, R)):
-                running_j = reqs[j].st == RUNNING
-                victim = z3.And(short, running_j, z3.Not(later_running))
-                later_running = z3.Or(later_running, running_j)
-                reqs[j], free = preempt(reqs[j], free, victim, self.preempt_frees)
-                preempted = preempted + z3.If(victim, 1, 0)
+                search, reqs[j], _ = self.victim_step(search, reqs[j], z3.IntVal(j), short)
+            free, preempted = search.free, preempted + search.victims
             reqs[i], free, dec = take_block(reqs[i], free, dec=dec, grow=grow)
             decoding.append(dec)
         st, c, g, b = ([getattr(r, k) for r in reqs] for k in _SLOT_STATE)

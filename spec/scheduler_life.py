@@ -8,13 +8,14 @@ the *other* requests decide enters each function as a value: the free blocks,
 whether this request is the victim, the budget left at its turn, the
 admission totals before it, whether the gate fires. ``RequestLife`` makes
 those values its observation, constrained only by what the per-slot machine
-guarantees by construction (only a running request is a victim; budget and
-totals are any integers). The induction is over passes and no other request is
-named, so an invariant of ``RequestLife`` holds of every request of a scheduler
-that runs each request through these functions in this order, whatever their
-number; that the per-slot scheduler does is a source test (only these functions
-change a request) and, for their order and arguments, S8 at a fixed number of
-request slots, which S10's scope says.
+guarantees (only a running request is a victim: S12, for any number of slots;
+budget and totals are any integers). The induction is over passes and no other
+request is named, so an invariant of ``RequestLife`` holds of every request of a
+scheduler that runs each request through these functions in this order, whatever
+their number; that the per-slot scheduler does is a source test (only these
+functions change a request, each called over every slot in order), and where its
+decode phase differs in form (a request an earlier turn preempted meets its own
+turn already queued) S10's lemma shows the request ends the same.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ functions with everything the other requests decide (free blocks, the budget
 left, the admission totals, whether it is the preemption victim, whether the
 gate fires) left arbitrary; so what is proved of one request there holds for
 each request of a scheduler that runs them through these functions in that
-order, whatever their number (S10's scope says how the per-slot one is checked
-to).
+order, whatever their number (S10's scope says how the per-slot one is tied to
+it).
 """
 
 from __future__ import annotations

@@ -15,11 +15,10 @@ takes those figures as its observation, constrained only by the *pass facts*
 - nothing planned is negative.
 
 So a property proved of the summary holds of every run of summarised passes,
-whatever the number of requests behind them, given the pass facts. That the
-per-slot scheduler's passes are such steps rests on the per-request facts the
-scans take as given (S10 and S2, at block size 2) and is checked by obligation S8
-only at a fixed number of request slots (3 in ``densegate prove``), which the
-scopes of S3-S5 say.
+whatever the number of requests behind them, given the pass facts. S14 proves the
+pass facts of every pass of the per-slot scheduler, whatever its number of
+requests (the scans read over its folds, at block size 2); S8 checks them again at
+3 request slots.
 """
 
 from __future__ import annotations

@@ -297,3 +297,22 @@ def test_decisions_are_shared_and_partial_prefill_does_not_decide() -> None:
     b = gate.decide(_reduce(gate, R(3, 5, partial_prefill=True), R(3, 5)), 1)
     assert a is b and a.reason is Reason.HOLD
     assert "world_size=2" in repr(gate)
+
+
+def test_aligned_release_fires_once_every_rank_waits_and_the_episode_is_old_enough() -> None:
+    """align_ticks A: HOLD while some rank is idle; ALIGNED at the first tick with every rank
+    waiting and h >= A (under-full, so DENSE would not fire); off (None) keeps holding."""
+    on = AlignedGate(AlignedGateConfig(dense_tokens=100, max_hold_passes=10, align_ticks=2), 2)
+    off = AlignedGate(AlignedGateConfig(dense_tokens=100, max_hold_passes=10), 2)
+    some = ReducedObservation(ranks=2, waiting_ranks=1, waiting_tokens=5, decode_seqs=3)
+    both = ReducedObservation(ranks=2, waiting_ranks=2, waiting_tokens=10, decode_seqs=3)
+    ticks = [some, both, both, both]
+    got = [(d.reason, on.hold_passes) for d in (on.decide(o, t) for t, o in enumerate(ticks))]
+    assert got == [(Reason.HOLD, 1), (Reason.HOLD, 2), (Reason.ALIGNED, 0), (Reason.HOLD, 1)]
+    assert [off.decide(o, t).reason for t, o in enumerate(ticks)] == [Reason.HOLD] * 4
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5])
+def test_align_ticks_validated(bad: object) -> None:
+    with pytest.raises((TypeError, ValueError), match="align_ticks"):
+        AlignedGateConfig(dense_tokens=8, align_ticks=bad)  # type: ignore[arg-type]

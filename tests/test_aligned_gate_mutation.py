@@ -59,6 +59,24 @@ def test_lockstep_catches_injected_bug(kind: str, index: int) -> None:
     assert_lockstep_catches(AlignedLockstep, mod, _MUTANT_SETTINGS, raises=(AssertionError, Flaky))
 
 
+# _aligned compares, in order: align >= 0, h >= align, waiting_ranks == world.
+ALIGNED_MUTANTS = [
+    *[("negate", i) for i in range(3)],
+    ("shift", 0),  # align > 0: "0 = at once" lost
+    ("shift", 1),  # h > align: one more held tick once aligned
+    ("keep_left", 0),  # aligned once on: neither the hold nor the ranks tested
+    ("keep_right", 0),  # the release fires even when off
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "index"), ALIGNED_MUTANTS, ids=[f"{k}{i}" for k, i in ALIGNED_MUTANTS]
+)
+def test_lockstep_catches_injected_aligned_bug(kind: str, index: int) -> None:
+    mod = mutant_module(aligned_module, "_aligned", kind, index)
+    assert_lockstep_catches(AlignedLockstep, mod, _MUTANT_SETTINGS, raises=(AssertionError, Flaky))
+
+
 def test_unmutated_source_passes_through_the_same_path() -> None:
     """The harness itself must not break the gate: the identity 'mutant' passes."""
     mod = identity_module(aligned_module)

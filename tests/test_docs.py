@@ -67,7 +67,7 @@ def test_a_planted_drift_is_caught_named_and_rewritten(
     assert "+++ docs/PROOFS.md [proofs] (regenerated)" in out
     assert "-" + row.replace("no idle pass", "no idle pas") in out
     assert "+" + row in out
-    assert "docs/DATA_PARALLEL.md [properties D1-D7]" in out
+    assert "docs/DATA_PARALLEL.md [properties D1-D8]" in out
     assert "-| D4 | no dedlock |" in out
 
     assert docs.main(["--write", "--root", str(root), *paths]) == 0

@@ -105,6 +105,7 @@ def _aligned(params: dict[str, Any]) -> AlignedGate:
         target_fill=Fraction(params["T"], params["B"]),
         stall_ticks=params["S"],
         kv_pressure_valve=params["kv"],
+        align_ticks=params["A"] if params["al"] else None,
     )
     assert cfg.fill_tokens == params["T"]
     return AlignedGate(cfg, params["N"])
@@ -138,7 +139,7 @@ def test_mutant_traces_separate_mutant_from_implementation(
             n = len(mutant)
             if ob.id == "D6":  # the one-rank product: PrefillGate and AlignedGate(N=1)
                 single = PrefillGate(GateConfig(p["B"], p["K"], p["enabled"]))
-                wide = {**p, "N": 1, "T": p["B"], "S": 0, "kv": False}
+                wide = {**p, "N": 1, "T": p["B"], "S": 0, "kv": False, "al": False}
                 aligned = [
                     {"W": int(r["w"] > 0), "F": min(r["w"], p["B"]), "D": r["d"], **r}
                     for r in rows[:n]
@@ -185,6 +186,7 @@ def test_two_budgets_hold_their_sum_the_aligned_gate_one_budget() -> None:
     row; the aligned gate (spec and implementation) holds K - 1 = 29, then BUDGET."""
     K, B, N = 30, 100, 2
     params = {"B": B, "K": K, "N": N, "T": B, "S": 0, "kv": False, "enabled": True}
+    params |= {"al": False, "A": 0}
     obs = {"W": 2, "F": 10, "D": 4, "P": 0, "C": 0, "lw": 1, "lf": 5, "ld": 2, "lp": 0}
 
     def holds(machine: DpMachine) -> int:

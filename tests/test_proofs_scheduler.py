@@ -1,12 +1,13 @@
 """Scheduler-level proofs: their scopes, their traces, and the proofs at other scopes.
 
-``densegate prove`` proves S1-S11 (``tests/test_proof_registry.py`` reads its run):
-all but S8 on machines without request slots, for any number of requests given facts
-that only S8 ties to the per-slot scheduler, S8 for all parameters at its fixed slot
-count. Here each result says exactly that scope, each refuting trace of the run is
-a real run of its mutant (and, replayed on the real Scheduler, of the spec, not the
-mutant), S10 and S11 are proved again at other block sizes, and S8's window clause is
-shown to fail on a fact the scheduler breaks.
+``densegate prove`` proves S1-S14 (``tests/test_proof_registry.py`` reads its run):
+all but S8 on machines without request slots, for any number of requests (S1-S5
+given facts the folds S11-S14 prove of the per-slot scheduler; S6 given facts only
+S8 ties to it), S8 for all parameters at its fixed slot count. Here each result says
+exactly that scope, each refuting trace of the run is a real run of its mutant (and,
+replayed on the real Scheduler, of the spec, not the mutant), S10-S14 are proved
+again at other block sizes, the per-slot pass is read to fold each step over every
+slot, and S8's window clause is shown to fail on a fact the scheduler breaks.
 """
 
 from __future__ import annotations
@@ -37,21 +38,24 @@ def proved() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def results(proved: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The run's S1-S11, by id."""
+    """The run's S1-S14, by id."""
     return {ob.id: proved[ob.id] for ob in SCHEDULER_OBLIGATIONS}
 
 
-ANY_R = {"S1", "S2", "S3", "S4", "S5", "S6", "S7", "S9", "S10", "S11"}
-"""Proved of machines without request slots (ledger, summary, TTFT window, scans, one
-request's life)."""
+ANY_R = {f"S{i}" for i in range(1, 15)} - {"S8"}
+"""Proved of machines without request slots (ledger, summary, TTFT window, scans, folds,
+one request's life)."""
 SCANS = {"S7", "S9"}
-"""Claims about one fold alone, with no block size: parametric outright. The others rest on
-facts about the per-slot scheduler that only S8 checks, at its slot counts: their scope
-says so, and they are not parametric."""
+"""Claims about one fold alone, with no block size: parametric outright."""
+LINKED = {"S1", "S2", "S3", "S4", "S5", "S10", "S11", "S12", "S13", "S14"}
+"""Parametric in the number of requests, the block size they fix in the scope: S1-S5 on
+machines whose facts the folds S11-S14 prove of every per-slot pass, the folds, and one
+request's life. S6's window facts are tied to the per-slot scheduler only by S8."""
+IDS = [f"S{i}" for i in range(1, 15)]
 
 
-def test_s1_to_s11_report_their_exact_scope(results: dict[str, dict[str, Any]]) -> None:
-    assert list(results) == [f"S{i}" for i in range(1, 12)]
+def test_s1_to_s14_report_their_exact_scope(results: dict[str, dict[str, Any]]) -> None:
+    assert list(results) == IDS
     link = f"at {S8_SLOTS} requests ({TEST_SLOTS} in the tests, 5 and 6 nightly)"
     assert NIGHTLY_SLOTS == (5, 6)
     for r in results.values():
@@ -64,19 +68,26 @@ def test_s1_to_s11_report_their_exact_scope(results: dict[str, dict[str, Any]]) 
             if r["id"] in SCANS:
                 assert r["parametric"] and scope is None, r["id"]
                 continue
-            assert not r["parametric"] and scope is not None, r["id"]
-            assert scope.startswith(f"any number of requests, block size {BLOCK_SIZE}")
-            # what stays bounded: the tie to the per-slot scheduler, at S8's slot counts
-            assert "S8" in scope and scope.endswith(link), (r["id"], scope)
+            assert scope is not None and scope.startswith(
+                f"any number of requests, block size {BLOCK_SIZE}"
+            ), (r["id"], scope)
             # the block size the proof fixes is in the statement, not only in the scope
             assert f"block size {BLOCK_SIZE}" in statement, r["id"]
+            if r["id"] in LINKED:
+                # every link proved for any number of requests: nothing left to S8
+                assert r["parametric"], r["id"]
+                assert "only by S8" not in scope and "only by S8" not in statement, r["id"]
+            else:
+                # what stays bounded: the window facts' tie, at S8's slot counts
+                assert r["id"] == "S6" and not r["parametric"]
+                assert "only by S8" in scope and scope.endswith(link), (r["id"], scope)
         else:
             # the slot count is fixed, so the result must not claim to be parametric
             assert not r["parametric"] and r["id"] == "S8"
             assert scope is not None and scope.startswith(f"{SLOTS} requests"), scope
             assert f"block size {BLOCK_SIZE}" in scope
             assert f"({SLOTS} requests, block size {BLOCK_SIZE})" in statement
-        if r["id"] not in {"S10", "S11"}:  # one request's life and the decode scan: no gate
+        if r["id"] in {"S1", "S2", "S3", "S4", "S5", "S6", "S8"}:  # the ones with a gate
             assert "the gate without its STALL valve" in scope, (r["id"], scope)
         assert r["scope_statement"] == f"all other parameters; {scope}", r["id"]
 
@@ -172,12 +183,18 @@ def test_the_tables_name_the_scope_s6_is_proved_for(
 
 
 @pytest.mark.parametrize("block_size", [1, 16])
-def test_request_life_and_decode_scan_hold_at_other_block_sizes(block_size: int) -> None:
-    """S10 and S11 (and so S1-S5) are reported at block size 2; they hold at 1 and 16 too."""
+def test_request_life_and_the_folds_hold_at_other_block_sizes(block_size: int) -> None:
+    """S10-S14 (and so S1-S5) are reported at block size 2; they hold at 1 and 16 too."""
     from densegate.proofs.scheduler.decode_scan import decode_obligation
+    from densegate.proofs.scheduler.join import join_obligation
     from densegate.proofs.scheduler.life import life_obligation
+    from densegate.proofs.scheduler.tail import tail_obligation
+    from densegate.proofs.scheduler.victim import victim_obligation
+    from densegate.spec.pass_ledger import PassLedger
 
-    for ob in (life_obligation(block_size), decode_obligation(block_size)):
+    folds = [victim_obligation(block_size), join_obligation(PassLedger(), block_size)]
+    folds.append(tail_obligation(PassLedger(), block_size))
+    for ob in (life_obligation(block_size), decode_obligation(block_size), *folds):
         r = prove(ob)
         assert r.ok, (ob.id, block_size, r.checks, [(m.name, m.status) for m in r.mutants])
         assert r.scope is not None
@@ -205,6 +222,40 @@ def test_the_per_slot_machine_changes_requests_only_through_the_one_request_func
                     if isinstance(sub, ast.Subscript) and isinstance(sub.value, ast.Name):
                         # the request list, the chunk list, and the output dictionaries
                         assert sub.value.id in {"reqs", "chunk", "outs", "nxt"}, ast.unparse(node)
+
+
+def test_the_per_slot_pass_folds_each_step_over_every_slot() -> None:
+    """S11-S14 prove folds of one per-request step for any number of requests; they are
+    about the per-slot machine because it calls each step in a loop over every slot, in
+    order (the victim search over every slot from the last back to the turn's own), not
+    over some of them: read off its source."""
+    import ast
+    import inspect
+    import textwrap
+
+    import densegate.spec.scheduler as sched
+
+    loops = {
+        "end_or_join": "range(R)",
+        "take_block": "range(R)",
+        "victim_step": "reversed(range(i, R))",
+        "partial_step": "range(R)",
+        "admit_step": "range(R)",
+        "reserve_and_run": "range(self.R)",
+        "sample": "range(self.R)",
+    }
+    seen: dict[str, list[str]] = {name: [] for name in loops}
+    for method in (sched.SchedulerMachine._plan, sched.SchedulerMachine._commit):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+        for loop in (n for n in ast.walk(tree) if isinstance(n, ast.For)):
+            for call in (n for stmt in loop.body for n in ast.walk(stmt)):
+                if isinstance(call, ast.Call):
+                    name = ast.unparse(call.func).removeprefix("self.")
+                    if name in seen:
+                        seen[name].append(ast.unparse(loop.iter))
+    for name, iters in seen.items():
+        # called, and its innermost loop runs over every slot (outer loops are fine)
+        assert iters and iters[-1] == loops[name], (name, iters)
 
 
 def test_s8_window_check_refutes_a_fact_the_scheduler_breaks(

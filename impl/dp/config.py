@@ -67,6 +67,7 @@ class DPConfig:
     target_fill: float = 1.0
     stall_ticks: int = 0
     kv_pressure_valve: bool = False
+    align_ticks: int | None = None
     kv_high_watermark: float = 0.9
     seed: int = 0
     keep_outputs: bool = False
@@ -128,6 +129,7 @@ class DPConfig:
             self.target_fill,
             self.stall_ticks,
             self.kv_pressure_valve,
+            self.align_ticks,
         )
 
 

@@ -27,7 +27,7 @@ from densegate.impl.traces.workload import TraceRequest
 from densegate.impl.validation import check_int
 from densegate.lab.baselines.dp_peers import PEERS, PeerPolicy
 from densegate.lab.bench.dp_policies import PeerCollective, PeerHooks
-from densegate.lab.cost.compare import compare_rounds, round_name, round_order
+from densegate.lab.cost.compare import compare_rounds, round_name, round_order, split_round
 from densegate.lab.cost.timeline import TimeFigures, dp_figures
 from densegate.lab.dp.phases import BASELINE
 from densegate.lab.dp.timing import TimingHooks
@@ -83,8 +83,10 @@ def run_measured_policies(
             raise ValueError(f"run_measured_policies: unknown policy {name!r}")
     phases = tuple(dataclasses.replace(p, name=round_name(p.name, k))
                    for k, p in round_order(base, rounds))  # fmt: skip
-    peers: dict[str, Callable[[], PeerPolicy]] = {p.name: PEERS[p.name.partition("@")[0]] for p in phases
-             if p.name.partition("@")[0] in PEERS}  # fmt: skip
+    peers: dict[str, Callable[[], PeerPolicy]] = {}
+    for p in phases:
+        if split_round(p.name)[0] in PEERS:
+            peers[p.name] = PEERS[split_round(p.name)[0]]
     config = DPConfig(engine, seed=seed, timeout_s=timeout_s, phases=phases)
     result = launch(trace, config, dp, hooks=chain(TimingHooks(), PeerHooks(peers)), wrap=_wrap)
     if any(code != 0 for code in result.exitcodes):
@@ -100,7 +102,7 @@ def run_measured_policies(
     out: dict[str, dict[str, Any]] = {}
     for name in policies:
         phase = _PHASE.get(name, name)
-        mine = [reps for n, reps in reports.items() if n.partition("@")[0] == phase]
+        mine = [reps for n, reps in reports.items() if split_round(n)[0] == phase]
         out[name] = {
             "measured": pooled[phase],
             "mixed_ticks": sum(int(reps[0].alignment.get("mixed_ticks", 0)) for reps in mine),

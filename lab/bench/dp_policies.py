@@ -141,8 +141,10 @@ def run_dp_policies(
     seed: int = 0,
     timeout_s: float = 120.0,
     peers: dict[str, Callable[[], PeerPolicy]] | None = None,
+    align_ticks: int | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every policy as one phase over ``dp`` threads: reports and modeled figures."""
+    """Every policy as one phase over ``dp`` threads: reports and modeled figures
+    (densegate's aligned gate with ``engine``'s K and this ``align_ticks``)."""
     if dp < 2:
         raise ValueError(f"dp must be >= 2, got {dp}")
     null = dataclasses.replace(engine, runner="null", model=None)
@@ -151,7 +153,9 @@ def run_dp_policies(
     if "gate-off" in policies:
         phases.append(Phase(BASELINE, "local", dataclasses.replace(null, gate_enabled=False)))
     phases += [Phase(p, "aligned", null) for p in policies if p in makers]
-    config = DPConfig(engine, seed=seed, timeout_s=timeout_s, phases=tuple(phases))
+    config = DPConfig(
+        engine, seed=seed, timeout_s=timeout_s, phases=tuple(phases), align_ticks=align_ticks
+    )
     hooks = chain(TimingHooks(), PeerHooks({p: makers[p] for p in policies if p in makers}))
     results = run_rank_threads(dp, trace, config, hooks, PeerCollective)
     out: dict[str, dict[str, Any]] = {}

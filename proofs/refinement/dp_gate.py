@@ -2,10 +2,11 @@
 
 The abstraction is the gate's ``state`` (``hold_passes``, ``last_fill``,
 ``grew_at``) read as the spec's (h, q, g). One check over unbounded ints: for
-every configuration (B, K, N >= 1, fill threshold 1 <= T <= B, S >= 0, KV valve
-and gate on or off) and every state with 0 <= h < K (stall memory any ints), a
-fresh gate starts in the spec's initial state, and one ``decide`` on any reduced
-vector the spec admits (0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N) and
+every configuration (B, K, N >= 1, fill threshold 1 <= T <= B, S >= 0, KV valve,
+aligned release (``align_ticks`` A >= 0 or None) and gate on or off) and every
+state with 0 <= h < K (stall memory any ints), a fresh gate starts in the spec's
+initial state, and one ``decide`` on any reduced vector the spec admits
+(0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N) and
 tick t >= 0 returns the spec's decision and reason and leaves its next state.
 The number of ranks is a symbolic int, so this is for every N, not a sampled few.
 
@@ -43,7 +44,7 @@ from densegate.spec.machine import evaluate
 
 __all__ = ["R2_CHECKS", "R2_CLASSES", "R2_MUTANTS", "R2_PRECONDITION", "replay"]
 
-PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled")
+PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A")
 STATE = ("h", "q", "g")
 OBS = ("W", "F", "D", "P", "C", "t")
 
@@ -57,10 +58,10 @@ class _Config(AlignedGateConfig):
 
 
 def _pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
-    B, K, N, T, S, h = v["B"], v["K"], v["N"], v["T"], v["S"], v["h"]
+    B, K, N, T, S, A, h = v["B"], v["K"], v["N"], v["T"], v["S"], v["A"], v["h"]
     W, F, D, P, C, t = v["W"], v["F"], v["D"], v["P"], v["C"], v["t"]
     return z3.And(
-        B >= 1, K >= 1, N >= 1, T >= 1, T <= B, S >= 0, h >= 0, h < K,
+        B >= 1, K >= 1, N >= 1, T >= 1, T <= B, S >= 0, A >= 0, h >= 0, h < K,
         W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0, C <= N, t >= 0,
     )  # fmt: skip
 
@@ -75,6 +76,8 @@ R2_CLASSES: Classes = {
     "KV valve off": lambda v: z3.Not(v["kv"]),
     "STALL valve on (S > 0)": lambda v: v["S"] > 0,
     "STALL valve off (S = 0)": lambda v: v["S"] == 0,
+    "aligned release on": lambda v: v["al"],
+    "aligned release off": lambda v: z3.Not(v["al"]),
 }
 """The configuration classes R2's scope names; each must be reached by an explored path."""
 
@@ -99,12 +102,13 @@ def _unvalidated(cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> 
 
 def _inputs(v: Mapping[str, Any], validated: bool) -> tuple[Any, Any]:
     """The config and reduced vector; ``validated`` runs their shipped constructors."""
-    cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"])
+    cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"], v["A"] if v["al"] else None)
     red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"])
     if validated:
         config, reduced = _Config(*cfg), ReducedObservation(*red)
     else:
-        config = _unvalidated(_Config, (*_CONFIG_FIELDS, "kv_pressure_valve"), cfg)
+        names = (*_CONFIG_FIELDS, "kv_pressure_valve", "align_ticks")
+        config = _unvalidated(_Config, names, cfg)
         reduced = _unvalidated(ReducedObservation, _REDUCED_FIELDS, red)
     object.__setattr__(config, "_T", v["T"])
     return config, reduced
@@ -121,13 +125,14 @@ def _run(cls: type, v: Mapping[str, Any], validated: bool = True) -> tuple[Any, 
 
 
 _NAMES = (*PARAMS, *STATE, *OBS)
-_SIGNATURE = keyword_signature({n: bool if n in ("kv", "enabled") else int for n in _NAMES})
+_BOOLS = ("kv", "enabled", "al")
+_SIGNATURE = keyword_signature({n: bool if n in _BOOLS else int for n in _NAMES})
 """The checks' arguments, keyword-only (``keyword_signature``: CrossHair shares them across
 paths instead of copying each on every path)."""
 
 
 def _admitted(v: Mapping[str, Any]) -> bool:
-    return admit(_pre, **{k: v[k] for k in _NAMES if k not in ("kv", "enabled", "q", "g")})
+    return admit(_pre, **{k: v[k] for k in _NAMES if k not in (*_BOOLS, "q", "g")})
 
 
 def _check(cls: type) -> Callable[..., None]:
@@ -168,6 +173,8 @@ def _inputs_check(cls: type) -> Callable[..., None]:
         given += [v[k] for k in ("N", "W", "F", "D", "P", "C")]
         if not holds(z3.And(*[term(a) == term(b) for a, b in zip(kept, given, strict=True)])):
             fail(v, "a constructor changed an input")
+        if (config.align_ticks is None) == v["al"] or (v["al"] and config.align_ticks != v["A"]):
+            fail(v, "the config changed align_ticks")
         reached(v)
 
     check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
@@ -201,8 +208,8 @@ def replay(cls: type, via: str, witness: Mapping[str, Any]) -> Replay:
     return Replay(_text(dec.fire, dec.reason.name, tuple(nxt)), spec)
 
 
-def _m(name: str, description: str, old: str, new: str) -> CodeMutant:
-    return CodeMutant(name, description, AlignedGate, "_rules", old, new)
+def _m(name: str, description: str, old: str, new: str, where: str = "_rules") -> CodeMutant:
+    return CodeMutant(name, description, AlignedGate, where, old, new)
 
 
 R2_MUTANTS: tuple[CodeMutant, ...] = (
@@ -223,6 +230,20 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
         "an unchanged fill counts as growth (flipped comparison)",
         "fill > self._last_fill",
         "fill >= self._last_fill",
+    ),
+    _m(
+        "aligned_any_rank",
+        "ALIGNED once the episode is old enough, whether or not every rank waits",
+        "self._h >= self._align and waiting_ranks == self._world",
+        "self._h >= self._align",
+        "_aligned",
+    ),
+    _m(
+        "aligned_off_by_one",
+        "ALIGNED one held tick late (h > A instead of h >= A)",
+        "self._h >= self._align",
+        "self._h > self._align",
+        "_aligned",
     ),
 )
 """Broken AlignedGates R2 must refute, each with inputs on which it disagrees."""

@@ -1,4 +1,4 @@
-"""The scheduler level, S1-S11: one module per machine the obligations are proved of.
+"""The scheduler level, S1-S14: one module per machine the obligations are proved of.
 
 S8 (``per_slot``) is proved of the per-slot scheduler at a fixed number of request
 slots; the others of machines with no request slots (the pass ledger, the summary,

@@ -1,12 +1,11 @@
 """S1 and S2 for any number of requests on the pass ledger, given the ledger facts.
 
 ``PassLedger`` has no request slots; its observation is a pass's figures at
-each phase boundary, constrained by ``ledger_facts`` (sums of S10's
-per-request facts and the scans' results: S7, S9, S11). So no-idle (S1) and
-conservation of blocks and sequence slots (S2) hold of the ledger for every
-number of requests, at the block size S10 and S11 are proved for. That the
-per-slot scheduler's passes meet the ledger facts is checked only by S8, at a
-fixed number of request slots: the scope says so (``scopes``).
+each phase boundary, constrained by ``ledger_facts``. So no-idle (S1) and conservation of blocks and
+sequence slots (S2) hold of the ledger for every number of requests, at the block
+size S10 and S11 are proved for. That every pass of the per-slot scheduler meets
+the ledger facts, whatever its number of requests, is S11-S14 (one phase each, by
+induction over the requests), and S8 checks it again at 3 slots (``scopes``).
 """
 
 from __future__ import annotations
@@ -23,11 +22,7 @@ from densegate.spec.pass_ledger import PassLedger
 __all__ = ["LEDGER", "LEDGER_OBLIGATIONS", "LEDGER_SCOPE", "ledger_inv"]
 
 LEDGER = PassLedger()
-LEDGER_SCOPE = slot_free_scope(
-    "pass ledger",
-    "ledger_facts (S10's per-request facts summed, S7, S9 and S11's scans)",
-    LIFE_BLOCK_SIZE,
-)
+LEDGER_SCOPE = slot_free_scope("pass ledger", "ledger_facts", LIFE_BLOCK_SIZE)
 
 
 class _DecodesAreRunning(PassLedger):
@@ -107,16 +102,15 @@ def _ledger_obligations() -> list[Obligation]:
         return Obligation(
             id=id, level="scheduler", statement=statement, machine=LEDGER, prop=prop,
             invariant=ledger_inv, mutants=[broken[mutant]], readable=_small, trace_depth=4,
-            scope=LEDGER_SCOPE, triggers=triggers, trigger_names=names,
+            scope=LEDGER_SCOPE, parametric=True, triggers=triggers, trigger_names=names,
         )  # fmt: skip
 
     return [
         ob(
             "S1",
             "no deadlock: with any request waiting or running, the pass schedules a token "
-            f"(on the pass ledger: any number of requests given its facts, from S7, S9, S10 "
-            f"and S11; block size {LIFE_BLOCK_SIZE}; the facts checked of the per-slot "
-            "scheduler only by S8, at its slot counts)",
+            "(on the pass ledger, for any number of requests given its facts, which S11-S14 "
+            f"prove of every per-slot pass; block size {LIFE_BLOCK_SIZE})",
             _no_idle,
             "tail_escape_on_running",
             [_all_partial, _empty_queue_only],
@@ -125,9 +119,9 @@ def _ledger_obligations() -> list[Obligation]:
         ob(
             "S2",
             "KV block and slot conservation: free + held = num_blocks, free >= 0, and at most "
-            "max_num_seqs requests running, every pass (on the pass ledger: any number of "
-            f"requests given its facts, from S7, S10 and S11; block size {LIFE_BLOCK_SIZE}; "
-            "the facts checked of the per-slot scheduler only by S8, at its slot counts)",
+            "max_num_seqs requests running, every pass (on the pass ledger, for any number of "
+            "requests given its facts, which S11-S14 prove of every per-slot pass; block "
+            f"size {LIFE_BLOCK_SIZE})",
             _conserved,
             "over_reserves",
             [_admits],

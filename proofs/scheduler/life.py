@@ -21,9 +21,25 @@ from densegate.proofs.scheduler.scopes import life_scope
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_life import RequestLife
-from densegate.spec.scheduler_request import NOT_ARRIVED, RUNNING, WAITING, Req
+from densegate.spec.scheduler_request import (
+    NOT_ARRIVED,
+    RUNNING,
+    WAITING,
+    Req,
+    decodes,
+    needs_block,
+    preempt,
+    take_block,
+)
 
-__all__ = ["LIFE_BLOCK_SIZE", "LIFE_HOOKS", "LIFE_OBLIGATIONS", "life_obligation", "request_ok"]
+__all__ = [
+    "LIFE_BLOCK_SIZE",
+    "LIFE_HOOKS",
+    "LIFE_OBLIGATIONS",
+    "life_obligation",
+    "preempted_early_is_life",
+    "request_ok",
+]
 
 LIFE_BLOCK_SIZE = 2
 """The block size S10 and S11 (and so S1-S6, which rest on them) are reported at."""
@@ -111,6 +127,24 @@ def _facts(st: Step) -> z3.BoolRef:
     )
 
 
+def preempted_early_is_life(m: SchedulerMachine) -> z3.BoolRef:
+    """Lemma: a request an earlier decode turn preempted meets its own turn queued, so the
+    per-slot machine reads whether it decodes off the queued request; ``RequestLife``
+    reads it off the request before the preemption. Either way its turn leaves it (and
+    the free blocks) the same and it does not decode."""
+    r = Req(*z3.Ints("st c g b"))
+    P, free, at_turn = z3.Ints("P free free_at_turn")
+    early, _ = preempt(r, free, z3.BoolVal(True), m.preempt_frees)
+    dec_slot = decodes(early, P)
+    per_slot = take_block(
+        early, at_turn, dec=dec_slot, grow=z3.And(dec_slot, needs_block(early, P, m.bs))
+    )
+    dec_life = decodes(r, P)
+    life = take_block(early, at_turn, dec=dec_life, grow=z3.And(dec_life, needs_block(r, P, m.bs)))
+    same = z3.And(*[getattr(per_slot[0], k) == getattr(life[0], k) for k in ("st", "c", "g", "b")])
+    return z3.And(same, per_slot[1] == life[1], z3.Not(per_slot[2]), z3.Not(life[2]))
+
+
 def _preempted(st: Step) -> z3.BoolRef:
     return z3.And(st.o["victim"], st.s["b"] > 0)
 
@@ -157,6 +191,8 @@ def life_obligation(bs: int = LIFE_BLOCK_SIZE) -> Obligation:
             "the request finishes",
         ],
         scope=life_scope(bs),
+        parametric=True,
+        lemmas=[lambda: preempted_early_is_life(SchedulerMachine(1, bs))],
     )
 
 

@@ -1,13 +1,15 @@
 """What the scheduler-level proofs cover, in words: the one place their scopes are written.
 
-S1-S6, S10 and S11 are proved by induction of machines without request slots (the
-pass ledger, the summary, the TTFT window, one request's life, the decode scan), for
-any number of requests *given* the facts those machines take as their observation.
-What ties the facts to the per-slot scheduler (the machine the implementation is
-compared against) is S8, an induction over the per-slot machine at a fixed number of
-request slots, and a source test (the per-slot pass changes a request only through
-the one-request functions). So each scope says what stays bounded: the link, at
-S8's slot counts. None of these is reported parametric.
+S1-S5 are proved of machines without request slots (the pass ledger, the summary)
+given facts about each pass; S11-S14 prove those facts of the per-slot scheduler's
+pass for any number of requests, each phase as a fold of one per-request step (step
+0: S13; the decodes: S11 with S12's victim search; the partial chunks, admission and
+the commit: S14, with S7's and S9's scans inside), each request as S10 describes
+it. What ties a fold to the per-slot machine is that the machine builds the phase
+from the very step (a source test reads it) and, at small slot counts, S8. So S1-S5
+and S10-S14 are reported parametric in the number of requests, with the block size
+(2) they fix in the scope. S6's window facts are tied to the per-slot scheduler only
+by S8, at its slot counts: its scope says so and it is not parametric.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ __all__ = [
     "S8_SLOTS",
     "TEST_SLOTS",
     "decode_scope",
+    "fold_scope",
     "life_scope",
     "per_slot_scope",
     "slot_free_scope",
+    "window_scope",
 ]
 
 S8_SLOTS = 3
@@ -34,14 +38,34 @@ _BOUND = (
     f"{S8_SLOTS} requests ({TEST_SLOTS} in the tests, {NIGHTLY_SLOTS[0]} and "
     f"{NIGHTLY_SLOTS[1]} nightly)"
 )
+_FOLDS = "the per-slot scheduler builds each phase from that step (a source test)"
 
 
 def slot_free_scope(machine: str, facts: str, bs: int) -> str:
-    """S1-S6: proved of ``machine`` for any number of requests given ``facts``, which only
-    S8 checks the per-slot scheduler against."""
+    """S1-S5: proved of ``machine`` given ``facts``, which S11-S14 prove of every per-slot
+    pass for any number of requests."""
     return (
-        f"any number of requests, block size {bs}, {_GATE}: on the {machine}, given {facts}; "
+        f"any number of requests, block size {bs}, {_GATE}: on the {machine}, given {facts}, "
+        "which S11-S14 prove of every pass of the per-slot scheduler for any number of "
+        "requests, by induction over its phases' per-request steps (each request as S10 "
+        f"describes it; {_FOLDS}); S8 checks them again at {S8_SLOTS} requests"
+    )
+
+
+def window_scope(bs: int) -> str:
+    """S6: its window facts are tied to the per-slot scheduler only by S8."""
+    return (
+        f"any number of requests, block size {bs}, {_GATE}: on the TTFT window, given "
+        "window_facts for the tracked request (S10's facts summed, S2, S7 and S9's scans); "
         f"the per-slot scheduler is checked to meet them only by S8, at {_BOUND}"
+    )
+
+
+def fold_scope(bs: int, what: str) -> str:
+    """S12-S14: one phase of the per-slot pass as a fold, for any number of requests."""
+    return (
+        f"any number of requests, block size {bs}: {what}, one request per step, each "
+        f"request as S10 describes it; {_FOLDS}"
     )
 
 
@@ -49,9 +73,10 @@ def life_scope(bs: int) -> str:
     """S10 at block size ``bs``."""
     return (
         f"any number of requests, block size {bs}: one request's pass with what the others "
-        "decide left arbitrary; that each request of the per-slot scheduler runs so is a "
-        "source test (only the one-request functions change a request) and, for their order "
-        f"and arguments, S8's invariant, at {_BOUND}"
+        "decide left arbitrary but for S12's (a victim is running); the per-slot scheduler "
+        "changes a request only through these functions, in this order (a source test), "
+        "and where its decode phase differs in form (a request an earlier turn preempted "
+        "meets its own turn queued) a lemma shows the request ends the same"
     )
 
 
@@ -59,9 +84,9 @@ def decode_scope(bs: int) -> str:
     """S11 at block size ``bs``."""
     return (
         f"any number of requests, block size {bs}: the decode scan, whose victim is any "
-        "running request after the turn holding >= 1 block, or itself; that the per-slot "
-        "scheduler's victim (the newest running request) is one is checked only by S8 "
-        f"(through the ledger facts), at {_BOUND}"
+        "running request after the turn holding >= 1 block, or itself; that each decode "
+        "turn of the per-slot scheduler (its victim the newest running request) is a step "
+        "of it is S12's lemma, for any number of requests; each request as S10 describes it"
     )
 
 

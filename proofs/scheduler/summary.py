@@ -1,10 +1,10 @@
 """S3-S5 on the scheduler summary, for any number of requests given the pass facts.
 
 ``SchedulerSummary`` has no request slots, so S3, S4 and S5 hold of it for every
-number of requests, given the pass facts (S7 and S9 prove them of the scans) and the
-per-request facts the scans take as given (S10 and S2, at block size 2). That each
-pass of the per-slot machine the implementation is compared against is a summary
-step is checked only by S8 (``per_slot``), at its slot counts: the scope says so.
+number of requests, given the pass facts. S14 proves them of every pass of the
+per-slot machine the implementation is compared against, whatever its number of
+requests (S7's and S9's scans read over its folds), and S8 checks them again at 3
+slots.
 """
 
 from __future__ import annotations
@@ -115,12 +115,7 @@ def chunks_never_negative(machine: SchedulerMachine) -> z3.BoolRef:
 
 Lemma = Callable[[], z3.BoolRef]
 
-_SUMMARY_SCOPE = slot_free_scope(
-    "scheduler summary",
-    "pass_facts (S7 and S9's scans, for a queue of any length, taking running <= S from "
-    "S2 and generated >= 0, computed <= prompt + generated from S10)",
-    LIFE_BLOCK_SIZE,
-)
+_SUMMARY_SCOPE = slot_free_scope("scheduler summary", "pass_facts", LIFE_BLOCK_SIZE)
 """Exactly what S3-S5 cover as claims about the scheduler (not only the summary)."""
 
 
@@ -142,6 +137,7 @@ def _on_summary(id: str, statement: str, prop: Prop, mutant: Mutant, lemma: Lemm
         monitors=_MONITORS,
         readable=_small,
         scope=_SUMMARY_SCOPE,
+        parametric=True,
         lemmas=[lemma],
         **kw,
     )
@@ -159,7 +155,8 @@ def _summary_obligations() -> list[Obligation]:
             "S3",
             "density soundness: a DENSE fire runs >= dense_tokens prefill tokens (the gate "
             "sees min(planned, B) and a fire runs the plan; the summary, any number of "
-            f"requests given its pass facts, block size {LIFE_BLOCK_SIZE})",
+            f"requests given its pass facts, which S14 proves of every per-slot pass; block "
+            f"size {LIFE_BLOCK_SIZE})",
             _dense_sound,
             broken["dense_from_queue"],
             _lemma,
@@ -168,8 +165,8 @@ def _summary_obligations() -> list[Obligation]:
             "S4",
             "fitting head admitted: a head of the queue that fits in K consecutive passes is "
             "admitted by the last of them (the count restarts when it stops fitting; S6 bounds "
-            "the whole wait; the summary, any number of requests given its pass facts, block "
-            f"size {LIFE_BLOCK_SIZE}, by S7)",
+            "the whole wait; the summary, any number of requests given its pass facts, which "
+            f"S14 proves of every per-slot pass with S7's scan; block size {LIFE_BLOCK_SIZE})",
             _head_admitted,
             broken["gate_budget_off_by_one"],
             _lemma,
@@ -180,8 +177,8 @@ def _summary_obligations() -> list[Obligation]:
             "S5",
             "prefill progress: pending prefill runs within K passes (the gate's hold bound), "
             "and a fire runs >= min(owed, cap, T-S+1) owed chunk tokens (S9's bound, carried as "
-            "a pass fact; the summary, any number of requests given its pass facts, block size "
-            f"{LIFE_BLOCK_SIZE})",
+            "a pass fact; the summary, any number of requests given its pass facts, which S14 "
+            f"proves of every per-slot pass; block size {LIFE_BLOCK_SIZE})",
             _progress,
             broken["gate_hold_not_counted"],
             _lemma,

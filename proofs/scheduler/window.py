@@ -36,7 +36,7 @@ from densegate.proofs.common import named_mutant
 from densegate.proofs.gate_obligations import GATE_MUTANTS
 from densegate.proofs.obligation import Monitor, Mutant, Obligation, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE
-from densegate.proofs.scheduler.scopes import slot_free_scope
+from densegate.proofs.scheduler.scopes import window_scope
 from densegate.spec.gate import reason
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler_summary import chunk_room
@@ -45,11 +45,7 @@ from densegate.spec.ttft_window import TtftWindow, owing
 __all__ = ["WINDOW", "WINDOW_OBLIGATIONS", "WINDOW_SCOPE", "closed_form", "open_form"]
 
 WINDOW = TtftWindow()
-WINDOW_SCOPE = slot_free_scope(
-    "TTFT window",
-    "window_facts for the tracked request (S10's facts summed, S2, S7 and S9's scans)",
-    LIFE_BLOCK_SIZE,
-)
+WINDOW_SCOPE = window_scope(LIFE_BLOCK_SIZE)
 
 
 def _counter(name: str, step: Callable[[Step], z3.ArithRef]) -> Monitor:

@@ -27,6 +27,7 @@ target_fills = st.one_of(
     st.just(1.0), st.sampled_from([0.1, 0.25, 0.3, 0.5, 2 / 3, 0.75, 0.9]), st.floats(0.01, 1.0)
 )
 stall_ticks = st.one_of(st.just(0), st.integers(1, 6))
+align_ticks = st.one_of(st.none(), st.just(0), st.integers(1, 5))
 run_lengths = st.integers(1, 30)
 advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 
@@ -47,15 +48,19 @@ class AlignedLockstep(RuleBasedStateMachine):
         fill=target_fills,
         S=stall_ticks,
         kv=st.booleans(),
+        A=align_ticks,
     )
-    def setup(self, B: int, K: int, N: int, enabled: bool, fill: float, S: int, kv: bool) -> None:
+    def setup(
+        self, B: int, K: int, N: int, enabled: bool, fill: float, S: int, kv: bool, A: int | None
+    ) -> None:
         m = self.impl
-        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv)
+        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A)
         self.gate = m.AlignedGate(self.config, N)
         self.replicas = [m.AlignedGate(self.config, N) for _ in range(N)]
         T = self.config.fill_tokens
         assert 1 <= T <= B
         self.params = {"B": B, "K": K, "N": N, "T": T, "S": S, "kv": kv, "enabled": enabled}
+        self.params |= {"al": A is not None, "A": 0 if A is None else A}
         self.state = {"h": 0, "q": 0, "g": 0}
         self.tick = 0
         self._strategies()

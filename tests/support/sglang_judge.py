@@ -40,6 +40,8 @@ def dp_spec_mismatches(
         "S": cfg.stall_ticks,
         "kv": cfg.kv_pressure_valve,
         "enabled": cfg.enabled,
+        "al": cfg.align_ticks is not None,
+        "A": cfg.align_ticks or 0,
     }
     state = {"h": 0, "q": 0, "g": 0}
     bad = []

@@ -1,0 +1,105 @@
+"""``densegate tune --dp N``: the aligned gate's K and ``align_ticks`` per workload, judged
+against the four peers through the same rank loops (modeled).
+
+Each workload's peers run once; then every candidate (K, A) runs as the densegate
+phase alone on the same trace. The proposal is issue 24's goal read as a choice: among
+the candidates whose TTFT p99 is at most 1.25x the best peer's, the highest tokens/s
+(ties: lower TTFT p99); each row also says whether it meets the whole goal (tokens/s
+>= every peer's, ITL p99 <= every peer's). None meets the TTFT part: then no proposal,
+and the row with the lowest TTFT p99 is named instead. Modeled figures only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from densegate.impl.engine import EngineConfig
+from densegate.impl.figures import fmt
+from densegate.impl.traces.workload import TraceRequest
+from densegate.lab.baselines.dp_peers import PEERS
+from densegate.lab.bench.dp_policies import run_dp_policies
+from densegate.lab.cost.model import PassModel
+
+__all__ = ["DEFAULT_ALIGNS", "format_dp_tuning", "tune_dp"]
+
+DEFAULT_ALIGNS: tuple[int | None, ...] = (None, 0, 2)
+"""Default ``align_ticks`` candidates (None: the ALIGNED release off)."""
+TTFT_SLACK = 1.25
+"""The goal's TTFT allowance over the best peer's p99."""
+
+
+def _figures(run: dict[str, Any]) -> dict[str, float]:
+    m = run["modeled"]
+    return {"tokens_per_s": m["output_tokens_per_s"], "itl_ms_p99": m["itl_ms"]["p99"],
+            "ttft_ms_p99": m["ttft_ms"]["p99"]}  # fmt: skip
+
+
+def tune_dp(
+    trace: Sequence[TraceRequest],
+    engine: EngineConfig,
+    dp: int,
+    model: PassModel,
+    holds: Sequence[int],
+    aligns: Sequence[int | None] = DEFAULT_ALIGNS,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The peers' figures, every candidate's, and the proposal (or None, with why)."""
+    peers = {n: _figures(r) for n, r in run_dp_policies(trace, engine, dp, model, list(PEERS),
+                                                         seed).items()}  # fmt: skip
+    best = {"tokens_per_s": max(p["tokens_per_s"] for p in peers.values()),
+            "itl_ms_p99": min(p["itl_ms_p99"] for p in peers.values()),
+            "ttft_ms_p99": min(p["ttft_ms_p99"] for p in peers.values())}  # fmt: skip
+    rows = []
+    for k in holds:
+        for a in aligns:
+            cfg = dataclasses.replace(engine, max_hold_passes=k)
+            run = run_dp_policies(trace, cfg, dp, model, ["densegate"], seed, align_ticks=a)
+            f = _figures(run["densegate"])
+            ttft_ok = f["ttft_ms_p99"] <= TTFT_SLACK * best["ttft_ms_p99"]
+            goal = ttft_ok and f["tokens_per_s"] >= best["tokens_per_s"]
+            goal = goal and f["itl_ms_p99"] <= best["itl_ms_p99"]
+            rows.append({"max_hold_passes": k, "align_ticks": a, **f, "ttft_ok": ttft_ok,
+                         "goal": goal, "finished": run["densegate"]["finished"]})  # fmt: skip
+            if progress is not None:
+                progress(f"K={k} align_ticks={a}: {fmt(f['tokens_per_s'])} tokens/s")
+    fits = [r for r in rows if r["ttft_ok"]]
+    pick = max(fits, key=lambda r: (r["tokens_per_s"], -r["ttft_ms_p99"])) if fits else None
+    why = None
+    if pick is None:
+        low = min(rows, key=lambda r: r["ttft_ms_p99"])
+        why = (f"no candidate within {TTFT_SLACK}x the best peer's TTFT p99 "
+               f"({fmt(best['ttft_ms_p99'])} ms); lowest: K={low['max_hold_passes']} "
+               f"align_ticks={low['align_ticks']} at {fmt(low['ttft_ms_p99'])} ms")  # fmt: skip
+    return {"requests": len(trace), "peers": peers, "best_peer": best, "candidates": rows,
+            "proposal": pick, "why_none": why}  # fmt: skip
+
+
+def format_dp_tuning(name: str, t: dict[str, Any]) -> list[str]:
+    """One markdown table: the peers, then each candidate with its goal columns."""
+    lines = [f"### {name} (modeled, {t['requests']} requests)", "",
+             "| setting | tokens/s | ITL ms p99 | TTFT ms p99 | TTFT <= 1.25x best peer | goal |",
+             "|---|---:|---:|---:|---|---|"]  # fmt: skip
+    for n, p in t["peers"].items():
+        lines.append(f"| {n} | {fmt(p['tokens_per_s'])} | {fmt(p['itl_ms_p99'])} | "
+                     f"{fmt(p['ttft_ms_p99'])} | | |")  # fmt: skip
+    for r in t["candidates"]:
+        a = "off" if r["align_ticks"] is None else r["align_ticks"]
+        lines.append(f"| densegate K={r['max_hold_passes']} align_ticks={a} | "
+                     f"{fmt(r['tokens_per_s'])} | {fmt(r['itl_ms_p99'])} | "
+                     f"{fmt(r['ttft_ms_p99'])} | {'yes' if r['ttft_ok'] else 'no'} | "
+                     f"{'met' if r['goal'] else 'not met'} |")  # fmt: skip
+    p = t["proposal"]
+    if p is None:
+        lines += ["", f"proposal: none ({t['why_none']})"]
+    else:
+        a = "off" if p["align_ticks"] is None else p["align_ticks"]
+        best = t["best_peer"]
+        tok = fmt(p["tokens_per_s"] / best["tokens_per_s"])
+        ttft = fmt(p["ttft_ms_p99"] / best["ttft_ms_p99"])
+        met = "met" if p["goal"] else "not met"
+        lines += ["", f"proposal: K={p['max_hold_passes']} align_ticks={a} (goal {met}: "
+                  f"tokens/s {tok}x the best peer's, TTFT p99 {ttft}x)"]  # fmt: skip
+    return lines
