@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from densegate.impl.dp_gate import AlignedGateConfig
+from densegate.integrations.vllm.config import gate_config_from
 from densegate.integrations.vllm.dp_config import (
     AGREEMENT_SIZE,
     ENV_VAR,
@@ -107,3 +108,16 @@ def test_a_missing_rank_fails_the_check() -> None:
     tail = _sum([agreement_slots(fp, 4)])  # one of two ranks answered
     with pytest.raises(DpGateError):
         check_agreement(tail, world_size=2, fp=fp, tick=4, rank=0, what="s")
+
+
+def test_align_ticks_is_read_by_the_dp_gate_only_and_checked() -> None:
+    kw = {"max_num_batched_tokens": 256, "max_num_seqs": 16, "prefill_schedule_interval": 1}
+    cfg = aligned_config_from({"densegate": {"align_ticks": 2, "max_hold_passes": 9}}, **kw)
+    assert cfg == AlignedGateConfig(dense_tokens=240, max_hold_passes=9, align_ticks=2)
+    assert aligned_config_from({"densegate": {"align_ticks": None}}, **kw).align_ticks is None
+    for bad in (-1, True, "2", 1.5):
+        with pytest.raises(ValueError, match=rf"\['align_ticks'\] must be an int >= 0 .* {bad!r}"):
+            aligned_config_from({"densegate": {"align_ticks": bad}}, **kw)
+    with pytest.raises(ValueError, match=r"unknown keys \['align_ticks'\]"):
+        gate_config_from({"densegate": {"align_ticks": 0}}, max_num_batched_tokens=256,
+                         max_num_seqs=16)  # fmt: skip
