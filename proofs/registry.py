@@ -104,11 +104,10 @@ LEVELS: tuple[Level, ...] = (
     ),
     Level(
         "scheduler",
-        "the scheduler (S1-S14) at block size 2, its gate without the STALL valve: S8 at 3 "
+        "the scheduler (S1-S15) at block size 2, its gate without the STALL valve: S8 at 3 "
         "request slots; the others for any number of requests, on slot-free machines whose "
-        "facts the folds S11-S14 prove of the per-slot scheduler, but S6, whose window "
-        "facts S8 checks at 3 request slots",
-        tuple(f"S{i}" for i in range(1, 15)),
+        "facts the folds S11-S15 prove of the per-slot scheduler",
+        tuple(f"S{i}" for i in range(1, 16)),
         (
             _scheduler("ledger", "LEDGER_OBLIGATIONS"),
             _scheduler("summary", "SUMMARY_OBLIGATIONS"),
@@ -120,6 +119,7 @@ LEVELS: tuple[Level, ...] = (
             _scheduler("victim", "VICTIM_OBLIGATIONS"),
             _scheduler("join", "JOIN_OBLIGATIONS"),
             _scheduler("tail", "TAIL_OBLIGATIONS"),
+            _scheduler("window_scan", "WINDOW_SCAN_OBLIGATIONS"),
         ),
     ),
     Level(

@@ -14,9 +14,10 @@ Each step is an *undisturbed* pass (none preempted, none aborted), observed
 through its figures and constrained only by ``window_facts``; each fact is meant
 as a sum over requests of what S10 proves of one request, or a scan's result
 (S7, S9 applied to the requests up to ``t``). S6 is proved of the window for any
-number of requests given those facts; that every undisturbed per-slot pass of an
-open window meets them is checked by S8 only at a fixed number of request slots
-(3 in ``densegate prove``, any one tracked), which S6's scope says.
+number of requests given those facts; S15 proves that every undisturbed per-slot
+pass of an open window meets them, for any number of requests (folding the
+figures one request per step, ``densegate.spec.window_scan``), and S8 checks it
+again at its slot count.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Scheduler-level proofs: their scopes, their traces, and the proofs at other scopes.
 
-``densegate prove`` proves S1-S14 (``tests/test_proof_registry.py`` reads its run):
-all but S8 on machines without request slots, for any number of requests (S1-S5
-given facts the folds S11-S14 prove of the per-slot scheduler; S6 given facts only
-S8 ties to it), S8 for all parameters at its fixed slot count. Here each result says
+``densegate prove`` proves S1-S15 (``tests/test_proof_registry.py`` reads its run):
+all but S8 on machines without request slots, for any number of requests (S1-S6
+given facts the folds S11-S15 prove of the per-slot scheduler), S8 for all
+parameters at its fixed slot count. Here each result says
 exactly that scope, each refuting trace of the run is a real run of its mutant (and,
 replayed on the real Scheduler, of the spec, not the mutant), S10-S14 are proved
 again at other block sizes, the per-slot pass is read to fold each step over every
@@ -20,7 +20,7 @@ from densegate.proofs.obligation import Obligation
 from densegate.proofs.prover import prove
 from densegate.proofs.registry import level
 from densegate.proofs.scheduler.per_slot import BLOCK_SIZE, SLOTS
-from densegate.proofs.scheduler.scopes import NIGHTLY_SLOTS, S8_SLOTS, TEST_SLOTS
+from densegate.proofs.scheduler.scopes import NIGHTLY_SLOTS, TEST_SLOTS
 from densegate.spec.machine import Machine, evaluate
 from densegate.spec.scheduler import SchedulerMachine
 from tests.support.prove_run import prove_run
@@ -38,26 +38,25 @@ def proved() -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def results(proved: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The run's S1-S14, by id."""
+    """The run's S1-S15, by id."""
     return {ob.id: proved[ob.id] for ob in SCHEDULER_OBLIGATIONS}
 
 
-ANY_R = {f"S{i}" for i in range(1, 15)} - {"S8"}
+ANY_R = {f"S{i}" for i in range(1, 16)} - {"S8"}
 """Proved of machines without request slots (ledger, summary, TTFT window, scans, folds,
 one request's life)."""
 SCANS = {"S7", "S9"}
 """Claims about one fold alone, with no block size: parametric outright."""
-LINKED = {"S1", "S2", "S3", "S4", "S5", "S10", "S11", "S12", "S13", "S14"}
-"""Parametric in the number of requests, the block size they fix in the scope: S1-S5 on
-machines whose facts the folds S11-S14 prove of every per-slot pass, the folds, and one
-request's life. S6's window facts are tied to the per-slot scheduler only by S8."""
-IDS = [f"S{i}" for i in range(1, 15)]
+LINKED = ANY_R - SCANS
+"""Parametric in the number of requests, the block size they fix in the scope: S1-S6 on
+machines whose facts the folds S11-S15 prove of every per-slot pass, the folds, and one
+request's life."""
+IDS = [f"S{i}" for i in range(1, 16)]
 
 
-def test_s1_to_s14_report_their_exact_scope(results: dict[str, dict[str, Any]]) -> None:
+def test_s1_to_s15_report_their_exact_scope(results: dict[str, dict[str, Any]]) -> None:
     assert list(results) == IDS
-    link = f"at {S8_SLOTS} requests ({TEST_SLOTS} in the tests, 5 and 6 nightly)"
-    assert NIGHTLY_SLOTS == (5, 6)
+    assert NIGHTLY_SLOTS == (5, 6) and TEST_SLOTS == 4
     for r in results.values():
         assert r["bound"] is None, r["id"]
         statement, scope = r["statement"], r["scope"]
@@ -73,14 +72,9 @@ def test_s1_to_s14_report_their_exact_scope(results: dict[str, dict[str, Any]]) 
             ), (r["id"], scope)
             # the block size the proof fixes is in the statement, not only in the scope
             assert f"block size {BLOCK_SIZE}" in statement, r["id"]
-            if r["id"] in LINKED:
-                # every link proved for any number of requests: nothing left to S8
-                assert r["parametric"], r["id"]
-                assert "only by S8" not in scope and "only by S8" not in statement, r["id"]
-            else:
-                # what stays bounded: the window facts' tie, at S8's slot counts
-                assert r["id"] == "S6" and not r["parametric"]
-                assert "only by S8" in scope and scope.endswith(link), (r["id"], scope)
+            # every link proved for any number of requests: nothing left to S8
+            assert r["id"] in LINKED and r["parametric"], r["id"]
+            assert "only by S8" not in scope and "only by S8" not in statement, r["id"]
         else:
             # the slot count is fixed, so the result must not claim to be parametric
             assert not r["parametric"] and r["id"] == "S8"
@@ -176,9 +170,10 @@ def test_the_tables_name_the_scope_s6_is_proved_for(
 
     scope = results["S6"]["scope"]
     assert scope is not None and scope.startswith("any number of requests, block size 2, "), scope
-    # The short form says the same bounds: the facts checked at S8's slots, the valve off.
-    assert f"by S8, at {S8_SLOTS} requests" in scope and "without its STALL valve" in scope
-    assert f"which S8 checks at {S8_SLOTS} requests" in S6_SCOPE
+    # The short form says the same: the facts proved by S15 for any R, the valve off.
+    assert "which S15 proves" in scope and "without its STALL valve" in scope
+    assert f"by S8, at {S8_SLOTS} requests" in scope
+    assert "which S15 proves of the per-slot scheduler for any number of requests" in S6_SCOPE
     assert "block size 2" in S6_SCOPE and "STALL valve off" in S6_SCOPE
 
 

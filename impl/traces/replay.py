@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 S6_SCOPE = (
-    "any number of requests given its window facts, which S8 checks at 3 requests; "
-    "block size 2, STALL valve off"
+    "any number of requests given its window facts, which S15 proves of the per-slot "
+    "scheduler for any number of requests; block size 2, STALL valve off"
 )
 """What ``densegate prove`` proves S6 for, in short (a test keeps it true to the prover's
 scope): tables say "proved for" this, and "checked" for the replay at hand."""

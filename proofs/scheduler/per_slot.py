@@ -7,8 +7,8 @@ the gate's B/K/enabled) and of every request's prompt and output length, for a
 fixed number of request slots and block size (its scope says which); its
 invariant describes every reachable state. It checks the per-slot machine, the one
 the implementation is compared against, against every fact the slot-free machines
-observe: the only tie of S6's window facts, and a regression oracle for the facts
-S11-S14 prove for any number of requests. Its broken schedulers each change one hook of the spec
+observe: a regression oracle for the facts S11-S15 prove for any number of requests.
+Its broken schedulers each change one hook of the spec
 machine: two here (what the gate observes), the rest beside the obligation about
 their hook (``LIFE_HOOKS``, ``SCAN_HOOKS``), all refuted here on the per-slot machine.
 """

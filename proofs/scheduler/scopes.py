@@ -1,15 +1,15 @@
 """What the scheduler-level proofs cover, in words: the one place their scopes are written.
 
-S1-S5 are proved of machines without request slots (the pass ledger, the summary)
-given facts about each pass; S11-S14 prove those facts of the per-slot scheduler's
-pass for any number of requests, each phase as a fold of one per-request step (step
-0: S13; the decodes: S11 with S12's victim search; the partial chunks, admission and
-the commit: S14, with S7's and S9's scans inside), each request as S10 describes
-it. What ties a fold to the per-slot machine is that the machine builds the phase
-from the very step (a source test reads it) and, at small slot counts, S8. So S1-S5
-and S10-S14 are reported parametric in the number of requests, with the block size
-(2) they fix in the scope. S6's window facts are tied to the per-slot scheduler only
-by S8, at its slot counts: its scope says so and it is not parametric.
+S1-S6 are proved of machines without request slots (the pass ledger, the summary,
+the TTFT window) given facts about each pass; S11-S15 prove those facts of the
+per-slot scheduler's pass for any number of requests, each phase as a fold of one
+per-request step (step 0: S13; the decodes: S11 with S12's victim search; the partial
+chunks, admission and the commit: S14, with S7's and S9's scans inside; the window's
+figures of an undisturbed pass: S15, beside S14's folds), each request as S10
+describes it. What ties a fold to the per-slot machine is that the machine builds the
+phase from the very step (a source test reads it) and, at small slot counts, S8. So
+S1-S6 and S10-S15 are reported parametric in the number of requests, with the block
+size (2) they fix in the scope.
 """
 
 from __future__ import annotations
@@ -53,11 +53,13 @@ def slot_free_scope(machine: str, facts: str, bs: int) -> str:
 
 
 def window_scope(bs: int) -> str:
-    """S6: its window facts are tied to the per-slot scheduler only by S8."""
+    """S6: its window facts, which S15 proves of the per-slot scheduler for any R."""
     return (
         f"any number of requests, block size {bs}, {_GATE}: on the TTFT window, given "
-        "window_facts for the tracked request (S10's facts summed, S2, S7 and S9's scans); "
-        f"the per-slot scheduler is checked to meet them only by S8, at {_BOUND}"
+        "window_facts for the tracked request, which S15 proves of every undisturbed pass "
+        "of its window in the per-slot scheduler for any number of requests, by induction "
+        "over the requests beside S14's folds (each request as S10 describes it; "
+        f"{_FOLDS}); checked again by S8, at {S8_SLOTS} requests"
     )
 
 

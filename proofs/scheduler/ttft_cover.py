@@ -1,13 +1,16 @@
-"""The per-slot scheduler's passes seen as steps of the TTFT window (checked by S8).
+"""The per-slot scheduler's passes seen as steps of the TTFT window (S8's window clause).
 
 A tracked request ``t`` (any slot: ``TRACKED`` is an unconstrained constant,
 so the check holds for each) is in a window while it has no token yet and
-either waits at the head of the queue or runs. For such a pass with no
-preemption and no abort, ``window_figures`` reads the window's figures
-before and after it off the slots (prefill owed ahead of ``t`` and by ``t``,
-the longest remaining output ahead, the chunks a fire runs), and
-``meets_window`` is the claim S8 proves at 3 requests: the pass meets
-``window_facts`` and a state at headship meets ``window_start``.
+waits or runs, every request before it arrived and none of them waiting (at
+headship: ``t`` is the head of the queue). For such a pass with no preemption
+and no abort, ``window_figures`` reads the window's figures before and after it
+off the slots, folding ``ahead_step`` (``densegate.spec.window_scan``) over them:
+prefill owed ahead of ``t`` and by ``t``, the longest remaining output ahead, the
+chunks a fire runs. ``meets_window`` is the claim S8 checks again at its slot
+count: the pass meets ``window_facts`` and a state where ``t`` waits meets
+``window_start``. S15 proves the same of every such pass for any number of
+requests, folding the same step over an undisturbed pass.
 """
 
 from __future__ import annotations
@@ -16,17 +19,24 @@ from collections.abc import Sequence
 
 import z3
 
-from densegate.proofs.obligation import Step
+from densegate.proofs.obligation import Prop, Step
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import RUNNING, WAITING, PassPlan, SchedulerMachine
+from densegate.spec.scheduler_request import Req
 from densegate.spec.ttft_window import TtftWindow, window_start
+from densegate.spec.window_scan import (
+    AHEAD_SUMS,
+    Ahead,
+    ahead_start,
+    ahead_step,
+    settled,
+    tracked_figures,
+)
 
-__all__ = ["TRACKED", "first_token", "meets_window", "window_figures"]
+__all__ = ["TRACKED", "first_token", "meets_window", "meets_window_of", "window_figures"]
 
 TRACKED = z3.Int("tracked")
 """The tracked request's slot: unconstrained, so a proof about it holds for every slot."""
-_WINDOW = TtftWindow()
-"""The window as specified: its facts (progress and admission rules) are the claim."""
 
 
 def _at(xs: Sequence[z3.ExprRef], t: z3.ArithRef) -> z3.ExprRef:
@@ -36,53 +46,50 @@ def _at(xs: Sequence[z3.ExprRef], t: z3.ArithRef) -> z3.ExprRef:
     return out
 
 
-def _ahead(m: SchedulerMachine, p: Vars, s: Vars, t: z3.ArithRef) -> dict[str, z3.ArithRef]:
-    """Owed prefill and longest remaining output of the running requests before ``t``."""
-    owed: z3.ArithRef = z3.IntVal(0)
-    longest: z3.ArithRef = z3.IntVal(0)
-    for i in range(m.R):
-        P, M = p[f"P{i}"], p[f"M{i}"]
-        st, c, g = s[f"st{i}"], s[f"c{i}"], s[f"g{i}"]
-        run = z3.And(i < t, st == RUNNING)
-        decoding = z3.And(g >= 1, c == P + g - 1)
-        owed = owed + z3.If(z3.And(run, z3.Not(decoding)), P + g - c, 0)
-        longest = z3.If(z3.And(run, M - g > longest), M - g, longest)
-    return {"oa": owed, "ra": longest}
-
-
-def _window_state(m: SchedulerMachine, p: Vars, s: Vars, t: z3.ArithRef) -> dict[str, z3.ArithRef]:
-    waits = _at(m.slot(s, "st"), t) == WAITING
-    P, c, g = _at(m.slot(p, "P"), t), _at(m.slot(s, "c"), t), _at(m.slot(s, "g"), t)
-    return {
-        "tw": z3.If(waits, 1, 0),
-        "ot": z3.If(g >= 1, 0, P - c),
-        **_ahead(m, p, s, t),
-    }
-
-
 def _in_window(m: SchedulerMachine, s: Vars, t: z3.ArithRef) -> z3.BoolRef:
-    """``t`` has no token yet and waits at the head of the queue, or runs."""
+    """``t`` has no token yet and waits or runs, and every request before it has arrived
+    and does not wait (at headship: ``t`` is the head of the queue)."""
     st = m.slot(s, "st")
-    head = z3.And(_at(st, t) == WAITING, *[z3.Implies(i < t, st[i] != WAITING) for i in range(m.R)])
-    return z3.And(t >= 0, t < m.R, _at(m.slot(s, "g"), t) == 0, z3.Or(head, _at(st, t) == RUNNING))
+    earlier = [z3.Implies(i < t, settled(st[i])) for i in range(m.R)]
+    here = z3.Or(_at(st, t) == WAITING, _at(st, t) == RUNNING)
+    return z3.And(t >= 0, t < m.R, _at(m.slot(s, "g"), t) == 0, here, *earlier)
 
 
 def window_figures(st: Step, plan: PassPlan, t: z3.ArithRef) -> tuple[Vars, Vars]:
-    """The window's state before the pass, and the pass's figures (``WINDOW_INTS``)."""
+    """The window's state before the pass, and the pass's figures (``WINDOW_INTS``): the
+    sums ahead of ``t`` a fold of ``ahead_step`` over the slots but ``t``'s."""
     m: SchedulerMachine = st.machine  # type: ignore[assignment]
     p, fire = st.p, st.out["fire"]
-    before = _window_state(m, p, st.s, t)
-    after = _window_state(m, p, st.s2, t)
+    P = m.slot(p, "P")
+    req = [Req(*x) for x in zip(*(m.slot(st.s, k) for k in ("st", "c", "g", "b")), strict=True)]
+    req2 = [Req(*x) for x in zip(*(m.slot(st.s2, k) for k in ("st", "c", "g", "b")), strict=True)]
+    tw, ot = tracked_figures(_req_at(req, t), _at(P, t))
+    tw2, ot2 = tracked_figures(_req_at(req2, t), _at(P, t))
     chunk = [z3.If(fire, n, 0) for n in plan.chunk]
+    acc = ahead_start()
+    for i in range(m.R):
+        nxt = ahead_step(
+            acc, req[i], req2[i], prompt=P[i], most=p[f"M{i}"], earlier=i < t,
+            waits=tw == 1, waits2=tw2 == 1, run=chunk[i],
+        )  # fmt: skip
+        acc = Ahead(*[z3.If(t == i, getattr(acc, k), getattr(nxt, k)) for k in AHEAD_SUMS])
+    before: dict[str, z3.ExprRef] = {"tw": tw, "ot": ot, "oa": acc.oa, "ra": acc.ra}
     figures: dict[str, z3.ExprRef] = {
         "planned": plan.planned,
         "d": plan.d,
-        "runa": z3.Sum([z3.If(i < t, chunk[i], 0) for i in range(m.R)]),
+        "runa": acc.runa,
         "runt": _at(chunk, t),
         "fits": plan.head_fits,
+        "tw2": tw2,
+        "ot2": ot2,
+        "oa2": acc.oa2,
+        "ra2": acc.ra2,
     }
-    figures.update({f"{k}2": v for k, v in after.items()})
     return before, figures
+
+
+def _req_at(reqs: Sequence[Req], t: z3.ArithRef) -> Req:
+    return Req(*[_at([getattr(r, k) for r in reqs], t) for k in ("st", "c", "g", "b")])
 
 
 def _calm(m: SchedulerMachine, plan: PassPlan, o: Vars) -> z3.BoolRef:
@@ -98,15 +105,23 @@ def first_token(st: Step) -> z3.BoolRef:
     return z3.And(_in_window(m, st.s, t), _calm(m, plan, st.o), sampled)
 
 
-def meets_window(st: Step) -> z3.BoolRef:
-    """An undisturbed pass of ``TRACKED``'s window meets the window facts, and a state where
-    it is head with no token meets the window's start."""
-    m: SchedulerMachine = st.machine  # type: ignore[assignment]
-    t, p, o = TRACKED, st.p, st.o
-    plan = m.plan(p, st.s, o)
-    calm = _calm(m, plan, o)
-    s, fig = window_figures(st, plan, t)
-    wp = {**p, "Pt": _at(m.slot(p, "P"), t)}
-    facts = _WINDOW.facts(wp, s, fig, st.out["fire"])
-    starts = z3.Implies(s["tw"] == 1, window_start(wp, s))
-    return z3.Implies(z3.And(_in_window(m, st.s, t), calm), z3.And(facts, starts))
+def meets_window_of(window: TtftWindow) -> Prop:
+    """An undisturbed pass of ``TRACKED``'s window meets ``window``'s facts, and a state
+    where it waits meets the window's start."""
+
+    def meets(st: Step) -> z3.BoolRef:
+        m: SchedulerMachine = st.machine  # type: ignore[assignment]
+        t, p, o = TRACKED, st.p, st.o
+        plan = m.plan(p, st.s, o)
+        calm = _calm(m, plan, o)
+        s, fig = window_figures(st, plan, t)
+        wp = {**p, "Pt": _at(m.slot(p, "P"), t)}
+        facts = window.facts(wp, s, fig, st.out["fire"])
+        starts = z3.Implies(s["tw"] == 1, window_start(wp, s))
+        return z3.Implies(z3.And(_in_window(m, st.s, t), calm), z3.And(facts, starts))
+
+    return meets
+
+
+meets_window = meets_window_of(TtftWindow())
+"""The claim for the window as specified (its progress and admission rules)."""

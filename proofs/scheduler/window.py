@@ -1,4 +1,5 @@
-"""S6, time to first token, proved of the TTFT window for any number of requests given its facts.
+"""S6, time to first token, proved of the TTFT window for any number of requests given its facts
+(which S15 proves of the per-slot scheduler's undisturbed window passes, any number of requests).
 
 ``TtftWindow`` (``densegate.spec.ttft_window``) starts at headship and steps
 through the window's undisturbed passes (none preempted, none aborted;
@@ -218,9 +219,9 @@ def _ttft_obligation() -> Obligation:
         "(O: prefill owed by running requests and D: their longest remaining output, both "
         "at headship; P: its prompt; c = min(cap, T-S+1)); a window still open after n "
         "passes has n <= K*(ceil((O+P)/c) + 1) + D, so every undisturbed window closes "
-        "within the bound (on the TTFT window: any number of requests given its facts, from "
-        f"S2, S7, S9, S10; block size {LIFE_BLOCK_SIZE}; the facts checked of the per-slot "
-        "scheduler only by S8, at its slot counts)",
+        "within the bound (on the TTFT window: any number of requests given its facts, which "
+        "S15 proves of every undisturbed pass of the window in the per-slot scheduler for "
+        f"any number of requests; block size {LIFE_BLOCK_SIZE})",
         machine=WINDOW,
         prop=ttft_prop,
         invariant=window_inv,
@@ -242,6 +243,7 @@ def _ttft_obligation() -> Obligation:
         readable=_readable,
         trace_depth=10,
         scope=WINDOW_SCOPE,
+        parametric=True,
     )
 
 
