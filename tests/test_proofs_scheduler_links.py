@@ -12,7 +12,6 @@ shows it. The edit is a real bug: at 7 requests it leaves ``free = -1``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -20,8 +19,6 @@ from typing import Any
 import pytest
 import z3
 
-from densegate.cli.main import main
-from densegate.proofs import registry
 from densegate.proofs.obligation import Obligation
 from densegate.proofs.prover import prove
 from densegate.proofs.scheduler.decode_scan import decode_obligation
@@ -33,17 +30,15 @@ from densegate.spec.pass_ledger import PassLedger
 from densegate.spec.scheduler import RUNNING, SchedulerMachine
 from tests.support.planted_links import (
     EXPECTED,
-    LINKS,
     LINKS_LEVEL,
     FirstSixSlots,
     RunsAtMostThree,
 )
+from tests.support.planted_runs import prove_level_json
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
-    monkeypatch.setattr(registry, "LEVELS", (*registry.LEVELS, LINKS_LEVEL))
-    rc = main(["prove", "--level", LINKS, "--jobs", "1", "--json"])
-    return rc, json.loads(capsys.readouterr().out)
+    return prove_level_json(LINKS_LEVEL, monkeypatch, capsys)
 
 
 def test_densegate_prove_refutes_what_only_the_folds_see(

@@ -10,21 +10,17 @@ property check caught with a trace of four decoding requests ahead of the tracke
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 
-from densegate.cli.main import main
-from densegate.proofs import registry
 from densegate.spec.scheduler import RUNNING, WAITING
-from tests.support.planted_window import EXPECTED, FEW, WINDOW_LINKS, WINDOW_LINKS_LEVEL
+from tests.support.planted_runs import prove_level_json
+from tests.support.planted_window import EXPECTED, FEW, WINDOW_LINKS_LEVEL
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
-    monkeypatch.setattr(registry, "LEVELS", (*registry.LEVELS, WINDOW_LINKS_LEVEL))
-    rc = main(["prove", "--level", WINDOW_LINKS, "--jobs", "1", "--json"])
-    return rc, json.loads(capsys.readouterr().out)
+    return prove_level_json(WINDOW_LINKS_LEVEL, monkeypatch, capsys)
 
 
 def test_densegate_prove_refutes_a_window_fact_only_the_fold_sees(

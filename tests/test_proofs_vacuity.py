@@ -17,20 +17,17 @@ from typing import Any
 import pytest
 import z3
 
-from densegate.cli.main import main
-from densegate.proofs import registry
 from densegate.proofs.gate_obligations import GATE_OBLIGATIONS
 from densegate.proofs.prover import prove
 from densegate.spec.gate import GateMachine
 from densegate.spec.machine import Vars
-from tests.support.planted_obligations import CAUGHT_BY, PLANTED, PLANTED_LEVEL
+from tests.support.planted_obligations import CAUGHT_BY, PLANTED_LEVEL
+from tests.support.planted_runs import prove_level
 
 
 def _run_planted(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                  *argv: str) -> tuple[int, str]:  # fmt: skip
-    monkeypatch.setattr(registry, "LEVELS", (*registry.LEVELS, PLANTED_LEVEL))
-    rc = main(["prove", "--level", PLANTED, "--jobs", "1", *argv])
-    return rc, capsys.readouterr().out
+    return prove_level(PLANTED_LEVEL, monkeypatch, capsys, *argv)
 
 
 def test_densegate_prove_fails_every_planted_contradiction_naming_its_check(

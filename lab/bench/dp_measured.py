@@ -26,7 +26,7 @@ from densegate.impl.figures import fmt
 from densegate.impl.traces.workload import TraceRequest
 from densegate.impl.validation import check_int
 from densegate.lab.baselines.dp_peers import PEERS, PeerPolicy
-from densegate.lab.bench.dp_policies import PeerCollective, PeerHooks
+from densegate.lab.bench.dp_policies import PeerCollective, PeerHooks, goal_words
 from densegate.lab.cost.compare import compare_rounds, round_name, round_order, split_round
 from densegate.lab.cost.timeline import TimeFigures, dp_figures
 from densegate.lab.dp.phases import BASELINE
@@ -154,6 +154,5 @@ def format_measured_tables(by_workload: Sequence[dict[str, Any]], dp: int, runne
             )
         met = w.get("goal")
         if met is not None:
-            said = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items())
-            lines += ["", f"densegate against the peers, measured: {said}"]
+            lines += ["", f"densegate against the peers, measured: {goal_words(met)}"]
     return "\n".join(lines)

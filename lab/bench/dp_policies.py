@@ -38,7 +38,7 @@ from densegate.lab.dp.phases import BASELINE
 from densegate.lab.dp.timing import TimingHooks
 
 __all__ = ["DP_POLICIES", "PeerCollective", "PeerHooks", "format_policy_tables", "goal",
-           "policy_rows", "run_dp_policies"]  # fmt: skip
+           "goal_words", "policy_rows", "run_dp_policies"]  # fmt: skip
 
 DP_POLICIES = ("densegate", "gate-off", *PEERS)
 """``--policies`` names with ``--dp``, in table order."""
@@ -219,6 +219,11 @@ def goal(rows: Sequence[dict[str, Any]]) -> dict[str, bool] | None:
     }
 
 
+def goal_words(met: dict[str, bool]) -> str:
+    """``goal``'s verdict in words: each part met or NOT met."""
+    return ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items())
+
+
 def format_policy_tables(
     by_workload: Sequence[dict[str, Any]], dp: int, profile: Sequence[str],
     load: str = "1 = each workload as defined",
@@ -247,7 +252,6 @@ def format_policy_tables(
             )
         met = w.get("goal")
         if met is not None:
-            said = ", ".join(f"{k} {'met' if v else 'NOT met'}" for k, v in met.items())
             lines += ["", f"densegate against the peers (tokens/s >= each, ITL p99 <= each, "
-                      f"TTFT p99 <= 1.25x the best): {said}"]  # fmt: skip
+                      f"TTFT p99 <= 1.25x the best): {goal_words(met)}"]  # fmt: skip
     return "\n".join(lines)

@@ -14,8 +14,6 @@ of its own (tests patch it in):
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import z3
 
 from densegate.proofs.obligation import Obligation
@@ -26,6 +24,7 @@ from densegate.proofs.scheduler.per_slot import BLOCK_SIZE, PER_SLOT_OBLIGATIONS
 from densegate.proofs.scheduler.victim import VICTIM_HOOKS, victim_obligation
 from densegate.spec.machine import Vars
 from densegate.spec.pass_ledger import PassLedger
+from tests.support.planted_runs import planted
 
 __all__ = [
     "EXPECTED",
@@ -50,7 +49,7 @@ class RunsAtMostThree(PassLedger):
 
 
 def _planted(base: Obligation, id: str, **changes: object) -> Obligation:
-    return replace(base, id=id, level=LINKS, mutants=(), **changes)  # type: ignore[arg-type]
+    return planted(base, id, LINKS, **changes)
 
 
 def _s8_on(machine_cls: type) -> Obligation:

@@ -13,8 +13,6 @@ run by ``densegate prove`` on a level of its own (tests patch it in):
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import z3
 
 from densegate.proofs.obligation import Obligation
@@ -25,6 +23,7 @@ from densegate.proofs.scheduler.window import WINDOW_OBLIGATIONS
 from densegate.proofs.scheduler.window_scan import window_scan_obligation
 from densegate.spec.machine import Vars
 from densegate.spec.ttft_window import TtftWindow
+from tests.support.planted_runs import planted
 
 __all__ = ["EXPECTED", "WINDOW_LINKS", "WINDOW_LINKS_LEVEL", "WINDOW_LINKS_OBLIGATIONS"]
 
@@ -41,7 +40,7 @@ class FewDecodes(TtftWindow):
 
 
 def _planted(base: Obligation, id: str, **changes: object) -> Obligation:
-    return replace(base, id=id, level=WINDOW_LINKS, mutants=(), **changes)  # type: ignore[arg-type]
+    return planted(base, id, WINDOW_LINKS, **changes)
 
 
 _WRONG = FewDecodes(name="ttft window[few_decodes]")
