@@ -103,6 +103,10 @@ class AlignedLockstep(RuleBasedStateMachine):
         self.stuck_ranks = ranks(some, st.just(0))
         lopsided = st.one_of(st.just(0), st.integers(B, 2 * B))
         self.lopsided_ranks = ranks(lopsided, st.integers(0, 8))
+        # Every rank waits under its fill share, decodes, no KV pressure: ALIGNED's ground.
+        short = st.integers(1, max(1, self.config.fill_tokens - 1))
+        calm = st.tuples(short, st.integers(1, 8), st.just(False), st.booleans())
+        self.aligned_ranks = st.lists(calm, min_size=n, max_size=n)
 
     def _draw(self, data: st.DataObject, strategy: Any) -> list[Any]:
         rows = data.draw(strategy, label="ranks")
@@ -140,6 +144,13 @@ class AlignedLockstep(RuleBasedStateMachine):
         ranks = self._draw(data, self.lopsided_ranks)
         for i in range(n):
             self._tick(ranks, who=i, clock=3 * i)
+
+    @rule(data=st.data(), n=run_lengths)
+    def all_waiting_thin(self, data: st.DataObject, n: int) -> None:
+        """Every rank waits, none has its fill share: the ALIGNED release fires at h = A."""
+        ranks = self._draw(data, self.aligned_ranks)
+        for i in range(n):
+            self._tick(ranks, who=i, clock=i)
 
     @rule(data=st.data(), n=run_lengths)
     def nothing_waiting(self, data: st.DataObject, n: int) -> None:
