@@ -137,18 +137,13 @@ def _admitted(v: Mapping[str, Any]) -> bool:
 
 def _check(cls: type) -> Callable[..., None]:
     """The step: the gate's constructor and ``decide`` as shipped, on inputs whose own
-    validation the ``inputs`` check covers (running it on every path here would triple
-    the cost of each path and prove nothing more)."""
+    validation, and a fresh gate's state, the ``inputs`` check covers (running them on
+    every path here would multiply the cost of each path and prove nothing more)."""
 
     def check(**v: Any) -> None:
         assert _admitted(v)
-        fresh, dec, nxt = guarded(lambda: _run(cls, v, validated=False), v)
+        _, dec, nxt = guarded(lambda: _run(cls, v, validated=False), v)
         p = {k: v[k] for k in PARAMS}
-        init = DP.init(
-            {k: term(x) for k, x in p.items()}, dict(zip(STATE, map(term, fresh), strict=True))
-        )
-        if not holds(init):
-            fail(v, "a fresh gate is not in the spec's initial state")
         s2 = dict(zip(STATE, nxt, strict=True))
         o = {k: v[k] for k in OBS}
         if not agrees(DP, reason, p, {k: v[k] for k in STATE}, o, dec.fire, dec.reason.name, s2):
@@ -162,11 +157,18 @@ def _check(cls: type) -> Callable[..., None]:
 
 def _inputs_check(cls: type) -> Callable[..., None]:
     """The config's and the reduced vector's shipped constructors accept every admitted
-    input and keep it as given (so the step check may build them without validating)."""
+    input and keep it as given (so the step check may build them without validating),
+    and a gate built from that config starts in the spec's initial state."""
 
     def check(**v: Any) -> None:
         assert _admitted(v)
         config, reduced = guarded(lambda: _inputs(v, validated=True), v)
+        fresh = guarded(lambda: cls(config, v["N"]).state, v)
+        init = DP.init(
+            {k: term(v[k]) for k in PARAMS}, dict(zip(STATE, map(term, fresh), strict=True))
+        )
+        if not holds(init):
+            fail(v, "a fresh gate is not in the spec's initial state")
         kept = [getattr(config, f) for f in _CONFIG_FIELDS] + [config.kv_pressure_valve]
         kept += [getattr(reduced, f) for f in _REDUCED_FIELDS]
         given = [v[k] for k in ("B", "K", "enabled")] + [1] + [v[k] for k in ("S", "kv")]
@@ -244,6 +246,13 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
         "self._h >= self._align",
         "self._h > self._align",
         "_aligned",
+    ),
+    _m(
+        "fresh_gate_holding",
+        "a new gate starts one held tick into an episode (h = 1, not the spec's h = 0)",
+        "self._h = 0",
+        "self._h = 1",
+        "__init__",
     ),
 )
 """Broken AlignedGates R2 must refute, each with inputs on which it disagrees."""
