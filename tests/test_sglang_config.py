@@ -54,9 +54,10 @@ def test_the_variable_sets_every_key() -> None:
             stall_ticks=4,
             kv_pressure_valve=True,
             kv_high_watermark=0.8,
+            align_ticks=2,
         )
     )
-    assert got == PluginSettings(512, 0.75, 4, True, 0.8)
+    assert got == PluginSettings(512, 0.75, 4, True, 0.8, 2)
 
 
 @pytest.mark.parametrize(
@@ -72,6 +73,8 @@ def test_the_variable_sets_every_key() -> None:
         (json.dumps({"stall_ticks": -1}), "'stall_ticks'.*-1"),
         (json.dumps({"kv_pressure_valve": 1}), "'kv_pressure_valve'.*1"),
         (json.dumps({"kv_high_watermark": "high"}), "'kv_high_watermark'.*high"),
+        (json.dumps({"align_ticks": -1}), "'align_ticks'.*-1"),
+        (json.dumps({"align_ticks": 1.5}), "'align_ticks'.*1.5"),
     ],
 )
 def test_a_bad_value_is_named(raw: str, named: str) -> None:
@@ -95,6 +98,10 @@ def test_k_is_sglangs_max_delay_passes() -> None:
     )
     assert (cfg.dense_tokens, cfg.max_hold_passes, cfg.stall_ticks) == (2048, 12, 3)
     assert (cfg.target_fill, cfg.kv_pressure_valve, cfg.enabled) == (1.0, False, True)
+    assert cfg.align_ticks is None
+    aligned = gate_config(PluginSettings(align_ticks=0), max_delay_passes=12,
+                          max_prefill_tokens=16384, chunked_prefill_size=2048)  # fmt: skip
+    assert aligned.align_ticks == 0
 
 
 @pytest.mark.parametrize("k", [0, -3, 2.5, True, None])

@@ -48,7 +48,8 @@ SUPPORTED_SGLANG = ((0, 5, 23), (0, 5, 24))
 ``_negotiate_should_allow_prefill`` and ``_NegotiateOutput``), and wraps
 ``Scheduler.get_new_batch_prefill``: internals that change between patch releases."""
 
-_KEYS = ("dense_tokens", "target_fill", "stall_ticks", "kv_pressure_valve", "kv_high_watermark")
+_KEYS = ("dense_tokens", "target_fill", "stall_ticks", "kv_pressure_valve", "kv_high_watermark",
+         "align_ticks")  # fmt: skip
 _K_FLAG = "--prefill-delayer-max-delay-passes"
 
 
@@ -80,6 +81,9 @@ class PluginSettings:
     kv_high_watermark: float = 0.9
     """KV pool usage (SGLang's max pool usage, 0..1) at or over which a rank reports
     KV pressure; only read by the gate with ``kv_pressure_valve`` on."""
+    align_ticks: int | None = None
+    """The ALIGNED release: fire once every rank waits and the episode has been held
+    this many passes (``None``: off)."""
 
 
 def _where(key: str) -> str:
@@ -105,6 +109,7 @@ def settings_from_env(environ: Mapping[str, str]) -> PluginSettings:
     stall = raw.get("stall_ticks", 0)
     valve = raw.get("kv_pressure_valve", False)
     mark = raw.get("kv_high_watermark", 0.9)
+    align = raw.get("align_ticks")
     if dense is not None and (not is_int(dense) or dense < 1):
         raise ValueError(f"{_where('dense_tokens')} must be an int >= 1, got {dense!r}")
     if isinstance(fill, bool) or not isinstance(fill, int | float) or not 0 < fill <= 1:
@@ -117,7 +122,12 @@ def settings_from_env(environ: Mapping[str, str]) -> PluginSettings:
         raise ValueError(f"{_where('kv_pressure_valve')} must be a bool, got {valve!r}")
     if isinstance(mark, bool) or not isinstance(mark, int | float) or not 0 < mark <= 1:
         raise ValueError(f"{_where('kv_high_watermark')} must be a number in (0, 1], got {mark!r}")
-    return PluginSettings(dense, float(fill), stall, valve, float(mark))
+    if align is not None and (not is_int(align) or align < 0):
+        raise ValueError(
+            f"{_where('align_ticks')} must be an int >= 0 or null (the ALIGNED release off), "
+            f"got {align!r}"
+        )
+    return PluginSettings(dense, float(fill), stall, valve, float(mark), align)
 
 
 def default_dense_tokens(max_prefill_tokens: int, chunked_prefill_size: int | None) -> int:
@@ -157,6 +167,7 @@ def gate_config(
         target_fill=settings.target_fill,
         stall_ticks=settings.stall_ticks,
         kv_pressure_valve=settings.kv_pressure_valve,
+        align_ticks=settings.align_ticks,
     )
 
 
