@@ -27,7 +27,7 @@ from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_request import FINISHED, Req
 from densegate.spec.scheduler_summary import chunk_room, pass_facts
 
-__all__ = ["TAIL_OBLIGATIONS", "ends_in_tail_facts", "tail_obligation"]
+__all__ = ["TAIL_OBLIGATIONS", "ends_in_tail_facts", "folds_closed", "tail_obligation"]
 
 
 def _ok_at(bs: int):  # type: ignore[no-untyped-def]
@@ -115,6 +115,20 @@ def _prop(st: Step) -> z3.BoolRef:
     return relation(st.p, st.s2)
 
 
+def folds_closed(p: Vars, e: Vars) -> z3.BoolRef:
+    """At the folds' end ``e``: the later folds started where the earlier ended
+    (``bud_e``, ``prun_e``, ``fr_e``), the decode totals are the requests' sums and the
+    pool was conserved after the decodes."""
+    return z3.And(
+        e["nd"] == p["d_t"],
+        e["now"] == p["ow_t"],
+        e["budget"] == p["bud_e"],
+        e["prun"] == p["prun_e"],
+        e["fr"] == p["fr_e"],
+        e["held1"] == p["N"] - p["free1"],
+    )
+
+
 def ends_in_tail_facts(machine: PassTail, ledger: PassLedger) -> z3.BoolRef:
     """Lemma: the relation after the last request, with the later folds started where the
     earlier ended (``bud_e``, ``prun_e``, ``fr_e``), the decode totals the requests' sums
@@ -124,12 +138,7 @@ def ends_in_tail_facts(machine: PassTail, ledger: PassLedger) -> z3.BoolRef:
     pre = z3.Int("pre@end")
     closing = z3.And(
         machine.param_ok(p),
-        e["nd"] == p["d_t"],
-        e["now"] == p["ow_t"],
-        e["budget"] == p["bud_e"],
-        e["prun"] == p["prun_e"],
-        e["fr"] == p["fr_e"],
-        e["held1"] == p["N"] - p["free1"],
+        folds_closed(p, e),
         pre >= 0,
         p["quiet"] == (pre == 0),
     )

@@ -31,7 +31,7 @@ from densegate.proofs.obligation import Mutant, Obligation, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE, request_ok
 from densegate.proofs.scheduler.scans import SCAN_HOOKS
 from densegate.proofs.scheduler.scopes import fold_scope
-from densegate.proofs.scheduler.tail import relation
+from densegate.proofs.scheduler.tail import folds_closed, relation
 from densegate.spec.machine import Vars
 from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_request import (
@@ -123,15 +123,7 @@ def window_relation(m: SchedulerMachine, p: Vars, s: Vars) -> z3.BoolRef:
 def _closing(p: Vars, e: Vars) -> z3.BoolRef:
     """The later folds started where the earlier ended, the decode totals the requests'
     sums, the pool conserved after the decodes (as S14's lemma reads its end)."""
-    return z3.And(
-        e["nd"] == p["d_t"],
-        e["now"] == p["ow_t"],
-        e["budget"] == p["bud_e"],
-        e["prun"] == p["prun_e"],
-        e["fr"] == p["fr_e"],
-        e["held1"] == p["N"] - p["free1"],
-        e["n"] > p["t"],
-    )
+    return z3.And(folds_closed(p, e), e["n"] > p["t"])
 
 
 def _figures(p: Vars, e: Vars) -> tuple[Vars, Vars, Vars]:
