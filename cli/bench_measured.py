@@ -41,7 +41,11 @@ def dp_measured(
     ok = True
     for name in workloads:
         trace = dp_trace(WORKLOADS[name], args.seed, args.dp, requests)
-        runs = run_measured_policies(trace, engine, args.dp, policies, rounds, args.seed)
+        try:
+            runs = run_measured_policies(trace, engine, args.dp, policies, rounds, args.seed)
+        except RuntimeError as e:  # a rank process failed: its own output said why
+            print(f"densegate bench: {name}: {e}", file=sys.stderr)
+            return 1
         rows = measured_rows(runs)
         ok = ok and all(r["finished"] == len(trace) for r in rows)
         out.append({"name": name, "load": 1.0, "requests": len(trace), "policies": rows,

@@ -69,3 +69,17 @@ def test_unknown_policy_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main([*_BASE, "--policies", "densegate,nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'nope'" in err[0]
+
+
+def test_a_failed_rank_is_one_line_and_exit_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import densegate.lab.bench.dp_measured as measured
+
+    def failed(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a measured DP rank failed: exit codes [0, 1]")
+
+    monkeypatch.setattr(measured, "run_measured_policies", failed)
+    assert cli_main([*_BASE, "--policies", "densegate", "--requests", "2"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["densegate bench: steady: a measured DP rank failed: exit codes [0, 1]"]
