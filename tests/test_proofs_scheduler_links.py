@@ -37,14 +37,10 @@ from tests.support.planted_links import (
 from tests.support.planted_runs import prove_level_json
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
-    return prove_level_json(LINKS_LEVEL, monkeypatch, capsys)
-
-
 def test_densegate_prove_refutes_what_only_the_folds_see(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, doc = _run(monkeypatch, capsys)
+    rc, doc = prove_level_json(LINKS_LEVEL, monkeypatch, capsys)
     by_id = {o["id"]: o for o in doc["obligations"]}
     assert rc == 1
     assert {i: o["status"] for i, o in by_id.items()} == EXPECTED, by_id

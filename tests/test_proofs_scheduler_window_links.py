@@ -10,8 +10,6 @@ property check caught with a trace of four decoding requests ahead of the tracke
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from densegate.spec.scheduler import RUNNING, WAITING
@@ -19,14 +17,10 @@ from tests.support.planted_runs import prove_level_json
 from tests.support.planted_window import EXPECTED, FEW, WINDOW_LINKS_LEVEL
 
 
-def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
-    return prove_level_json(WINDOW_LINKS_LEVEL, monkeypatch, capsys)
-
-
 def test_densegate_prove_refutes_a_window_fact_only_the_fold_sees(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    rc, doc = _run(monkeypatch, capsys)
+    rc, doc = prove_level_json(WINDOW_LINKS_LEVEL, monkeypatch, capsys)
     by_id = {o["id"]: o for o in doc["obligations"]}
     assert rc == 1
     assert {i: o["status"] for i, o in by_id.items()} == EXPECTED, by_id
