@@ -162,9 +162,12 @@ def main(args: argparse.Namespace) -> int:
             return 2
         from densegate.cli.bench_measured import dp_measured
 
+        policies = _names(args.policies, [])
+        if not _dp_names_known(workloads, policies):
+            return 2
         progress = None if args.quiet else _progress
         requests = TORCH_REQUESTS if args.requests is None else args.requests
-        return dp_measured(args, workloads, _names(args.policies, []), requests, progress)
+        return dp_measured(args, workloads, policies, requests, progress)
     if args.dp > 1 and profile is None:
         print(f"densegate bench: --dp {args.dp} needs --cost (or --runner torch --policies "
               "to measure)", file=sys.stderr)  # fmt: skip
@@ -241,6 +244,21 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def _dp_names_known(workloads: list[str], policies: list[str]) -> bool:
+    """With ``--dp``: every workload and policy named is one; else one line on stderr."""
+    from densegate.lab.bench import WORKLOADS
+    from densegate.lab.bench.dp_policies import DP_POLICIES
+
+    for what, names, known in (("workload", workloads, list(WORKLOADS)),
+                               ("policy", policies, list(DP_POLICIES))):  # fmt: skip
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            print(f"densegate bench: unknown {what} {unknown[0]!r} with --dp; choose from "
+                  f"{', '.join(known)}", file=sys.stderr)  # fmt: skip
+            return False
+    return True
+
+
 def _dp_policies(
     args: argparse.Namespace, profile: Any, workloads: list[str], progress: Any
 ) -> int:
@@ -262,16 +280,8 @@ def _dp_policies(
     from densegate.lab.bench.dp_runs import dp_trace
 
     policies = _names(args.policies, list(DP_POLICIES))
-    for what, names, known in (("workload", workloads, list(WORKLOADS)),
-                               ("policy", policies, list(DP_POLICIES))):  # fmt: skip
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            print(
-                f"densegate bench: unknown {what} {unknown[0]!r} with --dp; choose from "
-                f"{', '.join(known)}",
-                file=sys.stderr,
-            )
-            return 2
+    if not _dp_names_known(workloads, policies):
+        return 2
     if args.plot:
         from densegate.impl.extras import require
 

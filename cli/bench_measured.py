@@ -18,23 +18,17 @@ def dp_measured(
     requests: int,
     progress: Callable[[str], None] | None,
 ) -> int:
-    """Each workload through every policy in ``args.rounds`` (default 2) timed rounds."""
+    """Each workload through every policy in ``args.rounds`` (default 2) timed rounds
+    (names already checked by ``densegate.cli.bench``)."""
     from densegate.lab.bench import WORKLOADS, bench_config
     from densegate.lab.bench.dp_measured import (
         format_measured_tables,
         measured_rows,
         run_measured_policies,
     )
-    from densegate.lab.bench.dp_policies import DP_POLICIES, goal
+    from densegate.lab.bench.dp_policies import goal
     from densegate.lab.bench.dp_runs import dp_trace
 
-    for what, names, known in (("workload", workloads, list(WORKLOADS)),
-                               ("policy", policies, list(DP_POLICIES))):  # fmt: skip
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            print(f"densegate bench: unknown {what} {unknown[0]!r} with --dp; choose from "
-                  f"{', '.join(known)}", file=sys.stderr)  # fmt: skip
-            return 2
     rounds = args.rounds if args.rounds is not None else 2
     engine = bench_config(runner="torch", device=args.device)
     out = []
