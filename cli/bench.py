@@ -117,9 +117,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=_loads,
         metavar="L,L,..",
         help="with --dp and --policies: arrival rate as a fraction of the modeled capacity "
-        "(what gate-off finishes per tick with every request waiting at once), e.g. "
-        "0.3,0.5,0.7,0.9,1.1; one table per workload and load (default: each workload as "
-        "defined, load 1)",
+        "(output tokens/s gate-off sustains with every request waiting at once), e.g. "
+        "0.3,0.6,0.9; one table per workload and load (default 0.6; with --clock ticks: "
+        "each workload as defined, load 1)",
+    )
+    p.add_argument(
+        "--clock",
+        choices=("seconds", "ticks"),
+        default=None,
+        help="with --dp and --policies: arrivals in modeled seconds, a tick costing the "
+        "slowest rank's pass plus the collective (default), or in ticks (the old clock)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
@@ -174,9 +181,10 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.dp > 1 and args.policies:
         return _dp_policies(args, profile, workloads, None if args.quiet else _progress)
-    if args.load:
-        print("densegate bench: --load needs --dp N and --policies", file=sys.stderr)
-        return 2
+    for flag, value in (("--load", args.load), ("--clock", args.clock)):
+        if value:
+            print(f"densegate bench: {flag} needs --dp N, --cost and --policies", file=sys.stderr)
+            return 2
     policies = _names(args.policies, list(BENCH_POLICIES))
     for what, names, known in (
         ("workload", workloads, WORKLOADS),
@@ -264,20 +272,9 @@ def _dp_policies(
 ) -> int:
     """``bench --cost P --dp N --policies ...``: densegate, gate-off and the peers side by side."""
     from densegate.lab.bench import WORKLOADS, bench_config
-    from densegate.lab.bench.dp_load import (
-        at_load,
-        capacity_per_tick,
-        offered_per_tick,
-        write_load_plots,
-    )
-    from densegate.lab.bench.dp_policies import (
-        DP_POLICIES,
-        format_policy_tables,
-        goal,
-        policy_rows,
-        run_dp_policies,
-    )
-    from densegate.lab.bench.dp_runs import dp_trace
+    from densegate.lab.bench.dp_load import write_load_plots
+    from densegate.lab.bench.dp_policies import DP_POLICIES, format_policy_tables
+    from densegate.lab.bench.dp_side import default_gate, side_by_side
 
     policies = _names(args.policies, list(DP_POLICIES))
     if not _dp_names_known(workloads, policies):
@@ -286,40 +283,30 @@ def _dp_policies(
         from densegate.impl.extras import require
 
         require("matplotlib", "densegate bench --plot")  # before the runs, not after
+    clock = args.clock or "seconds"
     base = bench_config()
+    gate = default_gate(profile.model, base)
     out: list[dict[str, Any]] = []
-    ok = True
     for name in workloads:
-        trace = dp_trace(WORKLOADS[name], args.seed, args.dp, args.requests)
-        cap = None
-        if args.load:
-            cap = capacity_per_tick(trace, base, args.dp, profile.model, args.seed)
-        for load in args.load or [1.0]:
-            t = trace if cap is None else at_load(trace, load, cap)
-            runs = run_dp_policies(t, base, args.dp, profile.model, policies, args.seed)
-            rows = policy_rows(runs)
-            ok = ok and all(r["finished"] == len(t) for r in rows)
-            entry = {"name": name, "load": load, "requests": len(t), "policies": rows,
-                     "goal": goal(rows)}  # fmt: skip
-            if cap is not None:
-                entry |= {"capacity_requests_per_tick": cap,
-                          "offered_requests_per_tick": offered_per_tick(t)}  # fmt: skip
-            out.append(entry)
-            if progress is not None:
-                progress(f"{name} load {load}: {len(t)} requests over {args.dp} ranks, "
-                         f"{len(policies)} policies done")  # fmt: skip
+        out += side_by_side(WORKLOADS[name], base, args, profile.model, policies, clock, gate,
+                            progress)  # fmt: skip
+    ok = all(r["finished"] == e["requests"] for e in out for r in e["policies"])
     plots = write_load_plots(out, args.plot, args.dp) if args.plot else []
-    meaning = ("arrival rate / modeled capacity, the requests per tick gate-off finishes "
-               "with every request waiting at tick 0" if args.load else
-               "1 = each workload as defined")  # fmt: skip
+    meaning = (
+        "arrival rate / modeled capacity, the output tokens per modeled second gate-off "
+        "sustains with every request waiting at time 0" if clock == "seconds" else
+        "arrival rate / modeled capacity, the requests per tick gate-off finishes with every "
+        "request waiting at tick 0" if args.load else "1 = each workload as defined"
+    )  # fmt: skip
     if args.json:
         print(json.dumps({
-            "dp": args.dp, "load_meaning": meaning,
+            "dp": args.dp, "clock": clock, "load_meaning": meaning, "densegate": gate.as_dict(),
             "profile": profile.to_json() | {"samples": len(profile.samples)}, "workloads": out,
             "plots": plots,
         }))  # fmt: skip
     else:
-        print(format_policy_tables(out, args.dp, profile.describe(), meaning))
+        print(format_policy_tables(out, args.dp, [*profile.describe(), gate.describe()], meaning,
+                                   clock))  # fmt: skip
         for path in plots:
             print(f"wrote {path}")
     return 0 if ok else 1

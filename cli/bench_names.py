@@ -18,10 +18,15 @@ POLICY_NAMES = ("densegate", "densegate-stall", "original", "legacy", "vllm-v1")
 DP_POLICY_NAMES = (
     "densegate",
     "gate-off",
-    "vllm-cadence",
+    "vllm-cadence-2",
+    "vllm-cadence-4",
+    "vllm-cadence-8",
     "sglang-delayer",
     "atom-coalescer",
     "trtllm-adp",
+    "vllm-cadence-global",
+    "trtllm-adp-variant",
+    "vllm-cadence",
 )
 """``densegate.lab.bench.dp_policies.DP_POLICIES``, in its order (``--policies`` with ``--dp``)."""
 

@@ -101,6 +101,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --dp: align_ticks candidates, 'off' or an int >= 0 (default off 0 2)",
     )
     p.add_argument(
+        "--pace-tokens",
+        dest="pace_tokens",
+        nargs="+",
+        metavar="C",
+        help="with --dp: pace_tokens candidates (the paced release's per-rank cap), 'off' or "
+        "an int >= 1 (default: off and the profile's ridge)",
+    )
+    p.add_argument(
         "--load",
         type=positive_float,
         default=None,
@@ -116,20 +124,26 @@ DP_REQUESTS = 30
 """Requests per rank for ``--dp`` by default: what the load table of docs/BENCHMARKS.md uses."""
 
 
-def _aligns(values: list[str] | None) -> list[int | None] | None:
+def _aligns(
+    values: list[str] | None, flag: str = "--align-ticks", low: int = 0
+) -> list[int | None] | None:
     if values is None:
         return None
     out: list[int | None] = []
     for v in (x for raw in values for x in raw.split(",") if x):
         if v == "off":
             out.append(None)
-        elif v.isdigit():
+        elif v.isdigit() and int(v) >= low:
             out.append(int(v))
         else:
-            raise ValueError(f"--align-ticks: each value must be 'off' or an int >= 0, got {v!r}")
+            raise ValueError(f"{flag}: each value must be 'off' or an int >= {low}, got {v!r}")
     if not out:
-        raise ValueError("--align-ticks: give at least one value")
+        raise ValueError(f"{flag}: give at least one value")
     return out
+
+
+def _paces(values: list[str] | None) -> list[int | None] | None:
+    return _aligns(values, "--pace-tokens", 1)
 
 
 def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: list[int]) -> int:
@@ -138,9 +152,12 @@ def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: li
     from densegate.lab.bench.dp_load import at_load, capacity_per_tick
     from densegate.lab.bench.dp_runs import dp_trace
     from densegate.lab.bench.dp_tune import DEFAULT_ALIGNS, format_dp_tuning, tune_dp
+    from densegate.lab.cost.ridge import regime
 
     aligns = _aligns(args.align_ticks) or list(DEFAULT_ALIGNS)
     base = bench_config()
+    ridge = regime(profile.model, base.max_num_seqs, budget=base.dense).pace_tokens
+    paces = _paces(args.pace_tokens) or [None, ridge]
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     out = {}
     for name in names:
@@ -149,7 +166,7 @@ def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: li
             cap = capacity_per_tick(trace, base, args.dp, profile.model, args.seed)
             trace = at_load(trace, args.load, cap)
         out[name] = tune_dp(trace, base, args.dp, profile.model, holds, aligns, args.seed,
-                            progress)  # fmt: skip
+                            progress, paces)  # fmt: skip
     if args.json:
         print(json.dumps({"profile": profile.describe(), "dp": args.dp, "load": args.load,
                           "results": out}))  # fmt: skip
@@ -157,7 +174,7 @@ def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: li
     load = "each workload as defined" if args.load is None else f"{args.load:g}x capacity"
     lines = [
         f"aligned gate at dp={args.dp}, load {load} (modeled; proposed: the highest tokens/s "
-        "among the candidates whose TTFT p99 is within 1.25x the best peer's)"
+        "among the candidates whose TTFT p99 is at most the best peer's)"
     ]
     lines += [f"  {x}" for x in profile.describe()]
     for name, t in out.items():
@@ -284,7 +301,8 @@ def main(args: argparse.Namespace) -> int:
         dense, holds = default_grid(base.max_num_batched_tokens, base.max_num_seqs)
         dense = _ints(args.dense_tokens, "--dense-tokens") or ([] if args.dense_tokens else dense)
         holds = _ints(args.max_hold, "--max-hold-passes") or ([] if args.max_hold else holds)
-        dp_only = [f for f, v in (("--align-ticks", args.align_ticks), ("--load", args.load))
+        dp_only = [f for f, v in (("--align-ticks", args.align_ticks), ("--load", args.load),
+                                  ("--pace-tokens", args.pace_tokens))
                    if v is not None]  # fmt: skip
         if args.dp is None and dp_only:
             return fail(f"{dp_only[0]} is for --dp N")
@@ -293,6 +311,7 @@ def main(args: argparse.Namespace) -> int:
                 return fail("--dp tunes K and --align-ticks against the peers' TTFT: not with "
                             "--dense-tokens, --ttft-ms or --ttft-passes")  # fmt: skip
             _aligns(args.align_ticks)  # a bad value fails here, before any run
+            _paces(args.pace_tokens)
             return _dp_main(args, profile, names, holds)
         candidates = grid(dense, holds, base.max_num_batched_tokens)
         target = None

@@ -213,6 +213,13 @@ class AlignedGateConfig:
     held that many ticks (0: at once): the prefill tick is then aligned, and
     holding longer trades every waiting request's TTFT for fill alone. With the
     defaults and one rank the gate is exactly ``PrefillGate``.
+
+    ``pace_tokens`` (None = off) is the paced mode: the gate never holds while work
+    waits; a tick where every rank can fill a dense pass fires DENSE uncapped, any
+    other tick with waiting work and decodes fires PACED with ``Decision.cap =
+    pace_tokens`` on every rank, so no rank's prefill stretches the tick past the
+    cost model's ridge (the cap comes from the cost model: ``densegate tune --dp``).
+    ALIGNED, STALL and BUDGET are then never reached.
     """
 
     dense_tokens: int
@@ -222,6 +229,7 @@ class AlignedGateConfig:
     stall_ticks: int = 0
     kv_pressure_valve: bool = False
     align_ticks: int | None = None
+    pace_tokens: int | None = None
 
     def __post_init__(self) -> None:
         owner = "AlignedGateConfig"
@@ -233,6 +241,8 @@ class AlignedGateConfig:
         check_bool(owner, "kv_pressure_valve", self.kv_pressure_valve)
         if self.align_ticks is not None:
             check_int(owner, "align_ticks", self.align_ticks, 0)
+        if self.pace_tokens is not None:
+            check_int(owner, "pace_tokens", self.pace_tokens, 1)
 
     @property
     def fill_tokens(self) -> int:
@@ -268,6 +278,7 @@ class AlignedGate:
         "_h",
         "_kv_valve",
         "_last_fill",
+        "_paced",
         "_stall",
         "_world",
     )
@@ -285,6 +296,8 @@ class AlignedGate:
         self._stall = config.stall_ticks
         self._kv_valve = config.kv_pressure_valve
         self._align = -1 if config.align_ticks is None else config.align_ticks
+        pace = config.pace_tokens
+        self._paced = None if pace is None else Decision(True, Reason.PACED, pace)
         self._h = 0
         self._last_fill = 0
         self._grew_at = 0
@@ -318,8 +331,8 @@ class AlignedGate:
         return obs.to_vector(self._dense)
 
     def decide(self, reduced: ReducedObservation, tick: int) -> Decision:
-        """Rules in order: EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, ALIGNED, STALL,
-        BUDGET, HOLD."""
+        """Rules in order: EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, PACED (paced
+        mode), ALIGNED, STALL, BUDGET, HOLD."""
         if reduced.ranks != self._world:
             raise ValueError(
                 f"ReducedObservation.ranks must equal world_size={self._world}, got {reduced.ranks}"
@@ -355,6 +368,9 @@ class AlignedGate:
             reason = Reason.KV_PRESSURE
         elif waiting_ranks == self._world and fill >= self._fill_target:
             reason = Reason.DENSE
+        elif self._paced is not None:
+            self._h = 0
+            return self._paced
         elif self._aligned(waiting_ranks):
             reason = Reason.ALIGNED
         elif self._stall > 0 and tick - self._grew_at >= self._stall:

@@ -49,18 +49,30 @@ class Reason(enum.Enum):
     ALIGNED = "aligned"
     """Aligned gate only: every rank has waiting work and the episode has been held
     ``align_ticks`` ticks, so the tick is aligned and holding only waits for fill."""
+    PACED = "paced"
+    """Aligned gate, paced mode only: work waits and not every rank can fill a dense
+    pass, so the tick fires with the pace cap (``Decision.cap``) instead of holding."""
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The gate's verdict for one pass. ``fire`` is False only for ``Reason.HOLD``."""
+    """The gate's verdict for one pass. ``fire`` is False only for ``Reason.HOLD``.
+
+    ``cap`` (None: none) limits the prefill tokens a FIRE runs this pass: the aligned
+    gate's paced mode sets it, identically on every rank (``densegate.impl.sched.cap``).
+    """
 
     fire: bool
     reason: Reason
+    cap: int | None = None
 
     def __post_init__(self) -> None:
         if self.fire == (self.reason is Reason.HOLD):
             raise ValueError(f"Decision(fire={self.fire}, reason={self.reason}) is inconsistent")
+        if self.cap is not None and (not self.fire or type(self.cap) is not int or self.cap < 1):
+            raise ValueError(
+                f"Decision.cap must be None or an int >= 1 on a FIRE, got {self.cap!r}"
+            )
 
 
 # Every decision the gate can return, built once so decide() allocates nothing.

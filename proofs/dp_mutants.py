@@ -73,10 +73,11 @@ class _TwoBudgets(DpMachine):
         gate_live = z3.And(c.waiting, c.enabled, c.decoding, allows)
 
         def fire(name: str, guard: z3.BoolRef) -> Command:
-            return Command(name, guard, {"fire": z3.BoolVal(True), "reason": reason(name)}, reset)
+            out = {"fire": z3.BoolVal(True), "reason": reason(name), "cap": z3.IntVal(0)}
+            return Command(name, guard, out, reset)
 
         def hold(name: str, guard: z3.BoolRef, nxt: Mapping[str, z3.ExprRef]) -> Command:
-            out = {"fire": z3.BoolVal(False), "reason": reason("HOLD")}
+            out = {"fire": z3.BoolVal(False), "reason": reason("HOLD"), "cap": z3.IntVal(0)}
             return Command(name, guard, out, {**nxt, **mem})
 
         pre = allows if self.delayer_first else z3.BoolVal(True)
@@ -137,6 +138,44 @@ class _KvOverlap(DpMachine):
         c = self.conditions(p, s, o)
         guard = z3.And(c.waiting, c.decoding, c.pressured)  # forgets enabled
         return patch(super().commands(p, s, o), "KV_PRESSURE", guard=guard)
+
+
+# -- the paced mode: where PACED sits, and the cap it carries ----------------------------
+
+
+def _paced_cap(cap: Callable[[Vars, Vars, Vars], z3.ExprRef]) -> type[DpMachine]:
+    """The spec machine with PACED's cap replaced."""
+
+    class _M(DpMachine):
+        def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
+            cmds = super().commands(p, s, o)
+            was = next(c for c in cmds if c.name == "PACED")
+            return patch(cmds, "PACED", out=dict(was.out) | {"cap": cap(p, s, o)})
+
+    return _M
+
+
+class _PacedBelowValves(DpMachine):
+    """PACED only where HOLD would be: ALIGNED, STALL and BUDGET still fire in paced mode."""
+
+    def conditions(self, p: Vars, s: Vars, o: Vars) -> DpConditions:
+        return replace(super().conditions(p, s, o), paced=z3.BoolVal(False))
+
+    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
+        cmds = super().commands(p, s, o)
+        hold = next(c for c in cmds if c.name == "HOLD").guard
+        cmds = patch(cmds, "PACED", guard=z3.And(hold, p["pc"]))
+        return patch(cmds, "HOLD", guard=z3.And(hold, z3.Not(p["pc"])))
+
+
+class _PacedBeforeDense(DpMachine):
+    """PACED ahead of DENSE: a tick where every rank fills a dense pass is capped."""
+
+    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
+        c = self.conditions(p, s, o)
+        calm = z3.And(c.waiting, c.enabled, c.decoding, z3.Not(c.pressured))
+        cmds = patch(super().commands(p, s, o), "PACED", guard=z3.And(calm, c.paced))
+        return patch(cmds, "DENSE", guard=z3.And(calm, c.dense, z3.Not(c.paced)))
 
 
 _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
@@ -233,6 +272,38 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
     "aligned_keeps_count": (
         _counts("ALIGNED", lambda p, s, o: s["h"]),
         "an ALIGNED release does not end the episode: the next one starts part-spent",
+    ),
+    "paced_holds_first_tick": (
+        _cond(paced=lambda m, p, s, o, c: z3.And(p["pc"], s["h"] >= 1)),
+        "paced mode holds the first tick of an episode (PACED only from h >= 1)",
+    ),
+    "paced_only_all_waiting": (
+        _cond(paced=lambda m, p, s, o, c: z3.And(p["pc"], o["W"] == p["N"])),
+        "paced release only once every rank waits: a tick with an idle rank holds",
+    ),
+    "paced_below_valves": (
+        _PacedBelowValves,
+        "PACED only where HOLD would be: ALIGNED, STALL and BUDGET still fire in paced mode",
+    ),
+    "paced_before_dense": (
+        _PacedBeforeDense,
+        "PACED ahead of DENSE: a tick where every rank can fill a dense pass is capped",
+    ),
+    "paced_cap_dense_tokens": (
+        _paced_cap(lambda p, s, o: p["B"]),
+        "the paced cap is dense_tokens, not the configured pace_tokens",
+    ),
+    "paced_uncapped": (
+        _paced_cap(lambda p, s, o: z3.IntVal(0)),
+        "a PACED fire carries no cap",
+    ),
+    "paced_cap_split": (
+        _paced_cap(lambda p, s, o: z3.If(p["Cp"] >= p["N"], p["Cp"] / p["N"], 1)),
+        "the cap split across the ranks (pace_tokens / N each), below c_min on N >= 2 ranks",
+    ),
+    "paced_local_cap": (
+        _paced_cap(lambda p, s, o: z3.If(o["lw"] == 1, p["Cp"], 0)),
+        "the cap only on ranks with waiting work of their own: an idle rank fires uncapped",
     ),
 }
 

@@ -1,4 +1,6 @@
-"""D1-D8 over the aligned gate, for every parameter value and rank count.
+"""D1-D8 over the aligned gate, for every parameter value and rank count, paced mode on
+and off alike (a free parameter; D6 fixes it off). D9-D12, the paced mode's own, are in
+``densegate.proofs.dp_paced``.
 
 N is a symbolic parameter (N >= 1, unbounded), so nothing here is checked for "2 or 4
 ranks": agreement (D1) is proved on the two-rank product, which covers every pair of the
@@ -32,11 +34,17 @@ __all__ = ["DP_MUTANTS", "DP_OBLIGATIONS"]
 # -- the obligations ----------------------------------------------------------------------
 
 
-_READABLE = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3}
+_READABLE = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3, "Cp": 4, "cmax": 6}
+
+
+def _small(p: Vars) -> z3.BoolRef:
+    return z3.And(*[p[k] <= v for k, v in _READABLE.items() if k in p])
 
 
 def _readable(p: Vars) -> z3.BoolRef:
-    return z3.And(*[p[k] <= v for k, v in _READABLE.items() if k in p])
+    """Small numbers, the paced mode off: what D2-D8's traces need (D1 has a paced mutant,
+    so its traces keep only the small numbers; searching 12 ticks without it costs more)."""
+    return z3.And(_small(p), *([z3.Not(p["pc"])] if "pc" in p else []))
 
 
 def _two_budgets_visible(p: Vars) -> z3.BoolRef:
@@ -51,7 +59,7 @@ def _dense(p: Vars, o: Vars) -> z3.BoolRef:
 
 
 def _d1(st: Step) -> z3.BoolRef:
-    same_out = [st.out[f"{k}1"] == st.out[f"{k}2"] for k in ("fire", "reason")]
+    same_out = [st.out[f"{k}1"] == st.out[f"{k}2"] for k in ("fire", "reason", "cap")]
     keys = sorted({k[:-1] for k in st.s2})
     same_next = [st.s2[f"{k}1"] == st.s2[f"{k}2"] for k in keys]
     return z3.And(*same_out, *same_next)
@@ -145,9 +153,11 @@ DP_OBLIGATIONS: list[Obligation] = [
             "wall_clock_stall",
             "local_hold_counter",
             "aligned_local",
+            "paced_local_cap",
         ],
         machine=pair(DP),
         wrap=pair,
+        readable=_small,
     ),
     _ob(
         "D2",

@@ -124,9 +124,13 @@ LEVELS: tuple[Level, ...] = (
     ),
     Level(
         "dp",
-        "the aligned gate over N ranks (D1-D8), for all parameters and any N",
-        tuple(f"D{i}" for i in range(1, 9)),
-        (Source("densegate.proofs.dp_obligations", "DP_OBLIGATIONS", "DP_MUTANTS"),),
+        "the aligned gate over N ranks (D1-D8), its paced mode (D9-D11) and cap rule (D12), for "
+        "all parameters and any N",
+        tuple(f"D{i}" for i in range(1, 13)),
+        (
+            Source("densegate.proofs.dp_obligations", "DP_OBLIGATIONS", "DP_MUTANTS"),
+            Source("densegate.proofs.dp_paced", "PACED_OBLIGATIONS", "PACED_MUTANTS"),
+        ),
     ),
     Level(
         "refinement",

@@ -4,21 +4,25 @@ One rank's copy of the gate. Parameters: ``B`` (dense_tokens), ``K``
 (max_hold_passes), ``N`` >= 1 ranks (symbolic, unbounded), ``T`` the per-rank
 fill threshold ``ceil(target_fill * B)``, ``S`` stall ticks (0 = off), ``kv``
 (KV-pressure valve on), ``enabled``, ``al`` (the aligned release on) and ``A``
-(its ``align_ticks``: fire once every rank waits and ``h >= A``). State: ``h``
+(its ``align_ticks``: fire once every rank waits and ``h >= A``), ``pc`` (the paced
+mode on) and ``Cp`` (its cap, ``pace_tokens``; a cost model outside the spec picks it,
+so the spec takes any value in ``[cmin, cmax]``, the least prefill a fire runs and the
+pass's token budget, which the gate itself never reads). State: ``h``
 (ticks the episode has been held) and the stall memory ``q`` (last aggregate
 fill) and ``g`` (tick it last grew). The observation is the SUM-reduced vector
 every rank sees alike (``W``
 ranks waiting, ``F`` aggregate capped fill, ``D`` decodes, ``P`` ranks under KV
 pressure, ``C`` ranks mid chunked prefill, ``t`` the shared tick) plus this
-rank's own summand and wall clock, which the gate must ignore. Keeping the local
+rank's own summand and wall clock, which the gate must ignore. Outputs: ``fire``,
+``reason`` and ``cap`` (the prefill-token cap of a FIRE, 0 for none). Keeping the local
 view in the observation is what lets a mutant leak it, and the two-rank product
 (``pair``) catch the leak: agreement is a theorem, not an absence of variables.
 Ticks are any non-negative ints: nothing proved assumes they increase, so a
 skipped or repeated tick can only shift when STALL fires.
 
-``one_rank`` states the refinement: with ``N = 1``, ``T = B``, ``S = 0``, the
-KV valve and the aligned release off, this machine and ``densegate.spec.gate.GATE`` take the same
-decision on the same pass.
+``one_rank`` states the refinement: with ``N = 1``, ``T = B``, ``S = 0``, the KV
+valve, the aligned release and the paced mode off, this machine and
+``densegate.spec.gate.GATE`` take the same decision on the same pass.
 """
 
 from __future__ import annotations
@@ -33,22 +37,11 @@ import z3
 from densegate.spec import gate as single
 from densegate.spec.machine import Command, Machine, Sort, Vars
 
-__all__ = [
-    "DP",
-    "LOCAL",
-    "REASONS",
-    "SHARED",
-    "DpConditions",
-    "DpMachine",
-    "DpReason",
-    "one_rank",
-    "pair",
-    "reason",
-    "same_reason",
-]
+__all__ = ["DP", "LOCAL", "REASONS", "SHARED", "DpConditions", "DpMachine", "DpReason",
+           "one_rank", "pair", "reason", "same_reason"]  # fmt: skip
 
-REASONS = (*single.REASONS, "KV_PRESSURE", "STALL", "ALIGNED")
-"""In ``densegate.impl.Reason`` order: the single-rank six, then the aligned gate's valves."""
+REASONS = (*single.REASONS, "KV_PRESSURE", "STALL", "ALIGNED", "PACED")
+"""In ``densegate.impl.Reason`` order: the single-rank six, then the aligned gate's rules."""
 DpReason, _reason_values = z3.EnumSort("DpReason", list(REASONS))
 _BY_NAME = dict(zip(REASONS, _reason_values, strict=True))
 
@@ -91,29 +84,23 @@ class DpConditions:
     aligned: z3.BoolRef
     stalled: z3.BoolRef
     spent: z3.BoolRef
+    paced: z3.BoolRef
 
 
 class DpMachine(Machine):
-    """FIRE/HOLD per tick for every rank at once; every FIRE resets ``h``, HOLD adds one."""
+    """FIRE/HOLD per tick for every rank at once; every FIRE resets ``h``, HOLD adds one.
+    Paced mode: a tick ALIGNED, STALL, BUDGET or HOLD would take fires PACED with cap Cp."""
 
     shared_obs: ClassVar[tuple[str, ...]] = SHARED
 
     def __init__(self) -> None:
         self.name = "dp"
-        self.param_sorts = {
-            "B": z3.Int,
-            "K": z3.Int,
-            "N": z3.Int,
-            "T": z3.Int,
-            "S": z3.Int,
-            "kv": z3.Bool,
-            "enabled": z3.Bool,
-            "al": z3.Bool,
-            "A": z3.Int,
-        }
+        names = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "cmin", "cmax")
+        bools = ("kv", "enabled", "al", "pc")
+        self.param_sorts = {k: z3.Bool if k in bools else z3.Int for k in names}
         self.state_sorts = {"h": z3.Int, "q": z3.Int, "g": z3.Int}
         self.obs_sorts = {k: z3.Int for k in (*SHARED, *LOCAL)}
-        self.out_sorts = {"fire": z3.Bool, "reason": _reason_var}
+        self.out_sorts = {"fire": z3.Bool, "reason": _reason_var, "cap": z3.Int}
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
         return z3.And(
@@ -124,6 +111,9 @@ class DpMachine(Machine):
             p["T"] <= p["B"],
             p["S"] >= 0,
             p["A"] >= 0,
+            p["cmin"] >= 1,
+            p["cmin"] <= p["Cp"],
+            p["Cp"] <= p["cmax"],
         )
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
@@ -204,6 +194,7 @@ class DpMachine(Machine):
             aligned=z3.And(p["al"], o["W"] == p["N"], s["h"] >= p["A"]),
             stalled=z3.And(p["S"] > 0, o["t"] - grew_at >= p["S"]),
             spent=s["h"] + 1 >= p["K"],
+            paced=p["pc"],
         )
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
@@ -212,7 +203,8 @@ class DpMachine(Machine):
         live = z3.And(c.waiting, c.enabled, c.decoding)
         calm = z3.And(live, z3.Not(c.pressured))
         sparse = z3.And(calm, z3.Not(c.dense))
-        thin = z3.And(sparse, z3.Not(c.aligned))
+        held = z3.And(sparse, z3.Not(c.paced))  # paced mode never gets past PACED
+        thin = z3.And(held, z3.Not(c.aligned))
         slow = z3.And(thin, z3.Not(c.stalled))
         return (
             _fire("EMPTY", z3.Not(c.waiting), mem),
@@ -220,20 +212,28 @@ class DpMachine(Machine):
             _fire("NO_DECODE", z3.And(c.waiting, c.enabled, z3.Not(c.decoding)), mem),
             _fire("KV_PRESSURE", z3.And(live, c.pressured), mem),
             _fire("DENSE", z3.And(calm, c.dense), mem),
-            _fire("ALIGNED", z3.And(sparse, c.aligned), mem),
+            _fire("PACED", z3.And(sparse, c.paced), mem, p["Cp"]),
+            _fire("ALIGNED", z3.And(held, c.aligned), mem),
             _fire("STALL", z3.And(thin, c.stalled), mem),
             _fire("BUDGET", z3.And(slow, c.spent), mem),
             _hold(z3.And(slow, z3.Not(c.spent)), {"h": s["h"] + 1, **mem}),
         )
 
 
-def _fire(name: str, guard: z3.BoolRef, mem: Mapping[str, z3.ExprRef]) -> Command:
-    out = {"fire": z3.BoolVal(True), "reason": reason(name)}
+def _fire(
+    name: str, guard: z3.BoolRef, mem: Mapping[str, z3.ExprRef], cap: z3.ArithRef | None = None
+) -> Command:
+    out = {
+        "fire": z3.BoolVal(True),
+        "reason": reason(name),
+        "cap": z3.IntVal(0) if cap is None else cap,
+    }
     return Command(name, guard, out, {"h": z3.IntVal(0), **mem})
 
 
 def _hold(guard: z3.BoolRef, nxt: Mapping[str, z3.ExprRef]) -> Command:
-    return Command("HOLD", guard, {"fire": z3.BoolVal(False), "reason": reason("HOLD")}, nxt)
+    out = {"fire": z3.BoolVal(False), "reason": reason("HOLD"), "cap": z3.IntVal(0)}
+    return Command("HOLD", guard, out, nxt)
 
 
 DP = DpMachine()
@@ -318,18 +318,10 @@ class _OneRank(Machine):
         self.out_sorts = dict(gate.out_sorts) | {f"dp_{k}": v for k, v in dp.out_sorts.items()}
 
     def _dp_params(self, p: Vars) -> Vars:
-        one, zero = z3.IntVal(1), z3.IntVal(0)
-        return {
-            "B": p["B"],
-            "K": p["K"],
-            "enabled": p["enabled"],
-            "N": one,
-            "T": p["B"],
-            "S": zero,
-            "kv": z3.BoolVal(False),
-            "al": z3.BoolVal(False),
-            "A": zero,
-        }
+        one, zero, off = z3.IntVal(1), z3.IntVal(0), z3.BoolVal(False)
+        same = {k: p[k] for k in ("B", "K", "enabled")}
+        return same | {"N": one, "T": p["B"], "S": zero, "kv": off, "al": off, "A": zero} | {
+            "pc": off, "Cp": one, "cmin": one, "cmax": one}  # fmt: skip
 
     def _dp_obs(self, p: Vars, o: Vars) -> Vars:
         """What the rank's vector sums to when it is alone: its own, capped at B."""
@@ -384,8 +376,8 @@ class _OneRank(Machine):
 
 
 def one_rank(dp: DpMachine, gate: Machine = single.GATE) -> Machine:
-    """The refinement product: ``dp`` with N = 1, T = B, S = 0, KV valve and aligned release
-    off, beside ``gate``.
+    """The refinement product: ``dp`` with N = 1, T = B, S = 0, KV valve, aligned release and
+    paced mode off, beside ``gate``.
 
     Observation: the single-rank pass (``w`` uncapped, ``d``) plus the inputs
     the one-rank configuration must ignore (KV bit ``P``, chunk bit ``C``, tick

@@ -16,7 +16,7 @@ def test_reason_members_are_exactly_the_rules() -> None:
     """PrefillGate's rules are the first six members, in order; the rest are the aligned gate's."""
     rules = ["EMPTY", "DISABLED", "NO_DECODE", "DENSE", "BUDGET", "HOLD"]
     assert [r.name for r in Reason][:6] == rules
-    assert [r.name for r in Reason][6:] == ["KV_PRESSURE", "STALL", "ALIGNED"]
+    assert [r.name for r in Reason][6:] == ["KV_PRESSURE", "STALL", "ALIGNED", "PACED"]
     # each extra member is documented (attribute docstring) as the aligned gate's or the
     # valve's: PrefillGate with the valve off never reaches them
     body = ast.parse(inspect.getsource(Reason)).body[0].body  # type: ignore[attr-defined]
@@ -28,7 +28,7 @@ def test_reason_members_are_exactly_the_rules() -> None:
     assert docs["KV_PRESSURE"].startswith("Aligned gate only")
     assert docs["STALL"].startswith("The valve")
     assert docs["ALIGNED"].startswith("Aligned gate only")
-    assert [r.name for r in list(Reason)[6:]] == ["KV_PRESSURE", "STALL", "ALIGNED"]
+    assert docs["PACED"].startswith("Aligned gate, paced mode only")
     # PrefillGate can reach every one of its six reasons and nothing else
     gate = PrefillGate(GateConfig(dense_tokens=10, max_hold_passes=2))
     off = PrefillGate(GateConfig(dense_tokens=10, enabled=False))

@@ -1,6 +1,6 @@
 """The dp proofs' traces and the prover on the dp level.
 
-``densegate prove`` proves D1-D7 for all parameters and any rank count
+``densegate prove`` proves D1-D12 for all parameters and any rank count
 (``tests/test_proof_registry.py`` reads its run); here every refuting trace of that
 run is shown to be a real run of its mutant that the implementation, replayed on
 it, does not follow, and the prover fails on a wrong or leaky spec.
@@ -18,6 +18,7 @@ import densegate.proofs.queries as queries
 from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import GateConfig, GateInput, PrefillGate, Reason
 from densegate.proofs.dp_obligations import DP_MUTANTS, DP_OBLIGATIONS
+from densegate.proofs.dp_paced import PACED_OBLIGATIONS
 from densegate.proofs.obligation import Obligation
 from densegate.proofs.prover import prove
 from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair
@@ -25,6 +26,9 @@ from densegate.spec.machine import Machine, evaluate
 from tests.support.prove_run import prove_run
 
 Row = dict[str, Any]
+
+GATE_OBLIGATIONS = [*DP_OBLIGATIONS, *(o for o in PACED_OBLIGATIONS if o.machine is DP)]
+"""Every D obligation whose machine is the gate (or its products): D1-D10."""
 
 
 @pytest.fixture(scope="session")
@@ -39,11 +43,11 @@ def _ob(id: str) -> Obligation:
 def test_d_obligations_are_for_all_parameters_and_any_rank_count(
     proved: dict[str, dict[str, Any]],
 ) -> None:
-    for ob in DP_OBLIGATIONS:
+    for ob in [*DP_OBLIGATIONS, *PACED_OBLIGATIONS]:
         o = proved[ob.id]
         assert o["parametric"] is True and o["bound"] is None and o["scope"] is None, ob.id
         # N is a symbolic parameter of every single-rank and two-rank machine, not a constant
-        if ob.id != "D6":
+        if ob.id not in ("D6", "D12"):  # D12: the cap rule, no gate
             assert "N" in ob.machine.param_sorts, ob.id
 
 
@@ -85,7 +89,8 @@ def _mutant_machines(ob: Obligation) -> dict[str, Machine]:
 
 
 def test_mutant_traces_are_real_runs_of_the_mutant(proved: dict[str, dict[str, Any]]) -> None:
-    for ob in DP_OBLIGATIONS:
+    """D1-D10 (D11 and D12, whose machines start elsewhere: tests/test_paced_gate.py)."""
+    for ob in GATE_OBLIGATIONS:
         machines = _mutant_machines(ob)
         for m in proved[ob.id]["mutants"]:
             replay = _replay(machines[m["name"]], m["params"], m["trace"])
@@ -106,24 +111,26 @@ def _aligned(params: dict[str, Any]) -> AlignedGate:
         stall_ticks=params["S"],
         kv_pressure_valve=params["kv"],
         align_ticks=params["A"] if params["al"] else None,
+        pace_tokens=params["Cp"] if params["pc"] else None,
     )
     assert cfg.fill_tokens == params["T"]
     return AlignedGate(cfg, params["N"])
 
 
-def _impl_run(params: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, Any]]:
-    """AlignedGate on the trace's reduced vectors: (reason, whole state) per tick."""
+def _impl_run(params: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[str, int, Any]]:
+    """AlignedGate on the trace's reduced vectors: (reason, cap, whole state) per tick, the
+    cap 0 for none as the spec writes it."""
     gate = _aligned(params)
     out = []
     for row in rows:
         vec = [params["N"], row["W"], row["F"], row["D"], row["P"], row["C"]]
         dec = gate.decide(ReducedObservation.from_sum(vec, params["N"]), row["t"])
-        out.append((dec.reason.name, tuple(gate.state)))
+        out.append((dec.reason.name, dec.cap or 0, tuple(gate.state)))
     return out
 
 
-def _h(run: list[tuple[str, Any]]) -> list[tuple[str, int]]:
-    return [(reason, state[0]) for reason, state in run]
+def _h(run: list[tuple[str, int, Any]]) -> list[tuple[str, int, int]]:
+    return [(reason, cap, state[0]) for reason, cap, state in run]
 
 
 def test_mutant_traces_separate_mutant_from_implementation(
@@ -131,7 +138,7 @@ def test_mutant_traces_separate_mutant_from_implementation(
 ) -> None:
     """Replayed on AlignedGate (and PrefillGate for D6), every refuting trace makes the
     implementation and the mutant disagree, while the spec agrees with the implementation."""
-    for ob in DP_OBLIGATIONS:
+    for ob in GATE_OBLIGATIONS:
         machines = _mutant_machines(ob)
         for m in proved[ob.id]["mutants"]:
             name, p, rows = m["name"], m["params"], m["trace"]
@@ -139,33 +146,40 @@ def test_mutant_traces_separate_mutant_from_implementation(
             n = len(mutant)
             if ob.id == "D6":  # the one-rank product: PrefillGate and AlignedGate(N=1)
                 single = PrefillGate(GateConfig(p["B"], p["K"], p["enabled"]))
-                wide = {**p, "N": 1, "T": p["B"], "S": 0, "kv": False, "al": False}
+                wide = {**p, "N": 1, "T": p["B"], "S": 0, "kv": False, "al": False, "pc": False}
                 aligned = [
                     {"W": int(r["w"] > 0), "F": min(r["w"], p["B"]), "D": r["d"], **r}
                     for r in rows[:n]
                 ]
                 impl = _h(_impl_run(wide, aligned))
-                for r, (reason, h) in zip(rows[:n], impl, strict=True):
+                for r, (reason, cap, h) in zip(rows[:n], impl, strict=True):
                     dec = single.decide(GateInput(r["w"], r["d"]))
-                    assert (dec.reason.name, single.hold_passes) == (reason, h)
-                want = [(o["dp_reason"], nxt["dp_h"]) if o else None for o, nxt in _pairs(mutant)]
+                    assert (dec.reason.name, single.hold_passes, cap) == (reason, h, 0)
+                want: list[Any] = [
+                    (o["dp_reason"], o["dp_cap"], nxt["dp_h"]) if o else None
+                    for o, nxt in _pairs(mutant)
+                ]
             elif ob.id == "D1":  # two ranks: the implementation is one answer for both
-                impl = _impl_run(p, rows[:n])
+                run: list[Any] = _impl_run(p, rows[:n])
                 copies = [
                     [
-                        (o[f"reason{i}"], (nxt[f"h{i}"], nxt[f"q{i}"], nxt[f"g{i}"])) if o else None
+                        (o[f"reason{i}"], o[f"cap{i}"], (nxt[f"h{i}"], nxt[f"q{i}"], nxt[f"g{i}"]))
+                        if o
+                        else None
                         for o, nxt in _pairs(mutant)
                     ]
                     for i in (1, 2)
                 ]
-                assert impl != copies[0] or impl != copies[1], (ob.id, name)
+                assert run != copies[0] or run != copies[1], (ob.id, name)
                 assert copies[0] != copies[1], (ob.id, name)
                 continue
             else:
                 impl = _h(_impl_run(p, rows[:n]))
-                want = [(o["reason"], nxt["h"]) if o else None for o, nxt in _pairs(mutant)]
+                want = [
+                    (o["reason"], o["cap"], nxt["h"]) if o else None for o, nxt in _pairs(mutant)
+                ]
                 spec = [
-                    (o["reason"], nxt["h"])
+                    (o["reason"], o["cap"], nxt["h"])
                     for o, nxt in _pairs(_replay(DP, p, rows, own_run=False))
                 ]
                 assert spec[:n] == impl, (ob.id, name)
@@ -186,7 +200,7 @@ def test_two_budgets_hold_their_sum_the_aligned_gate_one_budget() -> None:
     row; the aligned gate (spec and implementation) holds K - 1 = 29, then BUDGET."""
     K, B, N = 30, 100, 2
     params = {"B": B, "K": K, "N": N, "T": B, "S": 0, "kv": False, "enabled": True}
-    params |= {"al": False, "A": 0}
+    params |= {"al": False, "A": 0, "pc": False, "Cp": 1, "cmin": 1, "cmax": 1}
     obs = {"W": 2, "F": 10, "D": 4, "P": 0, "C": 0, "lw": 1, "lf": 5, "ld": 2, "lp": 0}
 
     def holds(machine: DpMachine) -> int:

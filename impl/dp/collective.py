@@ -118,6 +118,10 @@ class TorchCollective:
     timeouts: the waits above are what bound a call).
     """
 
+    keeps_stream = True
+    """Its ``publish`` keeps the records for survivors (the rank loop reads this and skips
+    building them for a collective that says False, such as an in-process bench's)."""
+
     def __init__(
         self,
         rank: int,

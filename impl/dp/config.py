@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from densegate.impl.dp.router import ROUTERS
@@ -21,7 +23,8 @@ from densegate.impl.validation import (
     int_problem,
 )
 
-__all__ = ["COORDINATED", "COORDINATIONS", "DPConfig", "Phase", "check_trace", "make_prompts"]
+__all__ = ["COORDINATED", "COORDINATIONS", "DPConfig", "Phase", "check_trace", "make_prompts",
+           "shared_prompts"]  # fmt: skip
 
 COORDINATIONS = ("aligned", "local")
 COORDINATED = "coordinated"
@@ -68,6 +71,7 @@ class DPConfig:
     stall_ticks: int = 0
     kv_pressure_valve: bool = False
     align_ticks: int | None = None
+    pace_tokens: int | None = None
     kv_high_watermark: float = 0.9
     seed: int = 0
     keep_outputs: bool = False
@@ -130,6 +134,7 @@ class DPConfig:
             self.stall_ticks,
             self.kv_pressure_valve,
             self.align_ticks,
+            self.pace_tokens,
         )
 
 
@@ -154,8 +159,48 @@ def make_prompts(trace: Sequence[TraceRequest], seed: int, vocab: int) -> list[l
     """Prompt ids in arrival order, drawn exactly as ``run_trace`` draws them.
 
     So request ``i`` of a DP run has the very prompt request ``i`` of a
-    single-rank ``run_trace`` of the same trace and seed has.
+    single-rank ``run_trace`` of the same trace and seed has. Inside
+    ``shared_prompts()`` the same draw is made once and its lists are shared.
     """
-    rng = random.Random(seed)
     ordered = sorted(trace, key=lambda r: r.arrival_pass)
-    return [[rng.randrange(vocab) for _ in range(r.prompt_len)] for r in ordered]
+    lengths = tuple(r.prompt_len for r in ordered)
+    if not _shared.depth:
+        return _draw(lengths, seed, vocab)
+    with _shared.lock:  # held while drawing: concurrent callers wait for the one draw
+        key = (seed, vocab, lengths)
+        if key not in _shared.drawn:
+            _shared.drawn[key] = _draw(lengths, seed, vocab)
+        return list(_shared.drawn[key])
+
+
+def _draw(lengths: Sequence[int], seed: int, vocab: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
+
+
+class _Shared:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.drawn: dict[tuple[int, int, tuple[int, ...]], list[list[int]]] = {}
+
+
+_shared = _Shared()
+
+
+@contextlib.contextmanager
+def shared_prompts() -> Iterator[None]:
+    """While open, ``make_prompts`` draws each prompt set once in the process and gives
+    every later call with the same lengths (in arrival order), seed and vocabulary the
+    same inner lists, which callers must not change (``run_rank`` does not): for
+    in-process ranks, which would otherwise each draw every request's prompt. Nests;
+    the draws are dropped when the outermost closes."""
+    with _shared.lock:
+        _shared.depth += 1
+    try:
+        yield
+    finally:
+        with _shared.lock:
+            _shared.depth -= 1
+            if not _shared.depth:
+                _shared.drawn.clear()

@@ -30,9 +30,8 @@ that phase has ended on the survivors, and the later phases do not run. The
 rank hands each phase's report to ``on_phase`` as the phase ends, so a rank
 that dies later has still reported the phases it finished.
 
-This module knows nothing of torch.distributed: a ``Collective`` is anything
-that sums int vectors across ranks (``densegate.impl.dp.collective`` has the
-torch one; tests use threads).
+This module knows nothing of torch.distributed: a ``Collective`` is anything that
+sums int vectors (``densegate.impl.dp.collective`` has the torch one).
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
+from densegate.impl.dp.clock import RankClocks
 from densegate.impl.dp.collective import (
     Collective,
     CollectiveError,
@@ -96,6 +96,7 @@ class _RankLoop:
         collective: Collective,
         hooks: RankHooks,
         group: GroupState,
+        clocks: RankClocks | None = None,
     ) -> None:
         self.rank = rank
         self.members = list(range(world))
@@ -108,6 +109,7 @@ class _RankLoop:
         self.collective = collective
         self.engine = Engine(phase.engine)
         self.hooks = hooks.phase(rank, phase_index, phase, self.engine)
+        self.clock = None if clocks is None else clocks.phase(rank, phase_index, phase, self.engine)
         self.sched = self.engine.scheduler
         self.gate_config = config.gate_config(phase.engine)
         self.gate = AlignedGate(self.gate_config, world)
@@ -138,7 +140,7 @@ class _RankLoop:
         prompt = self.prompts[int(rid)] + list(seen)
         self.engine.add_request(prompt, req.output_len - len(seen), request_id=rid)
 
-    def _route(self, tick: int, bring_forward: bool) -> None:
+    def _route(self, tick: int, bring_forward: bool) -> None:  # tick: a clock's time, if any
         """Route every arrival due at ``tick`` (and one more if the group is idle)."""
         trace = self.trace
         while self.next < len(trace) and (
@@ -172,7 +174,8 @@ class _RankLoop:
 
     def _execute(self, plan: PassPlan, decision: Decision, tick: int) -> _Prev:
         outputs = self.engine.execute(plan, decision)
-        record = stream_record(tick, outputs)
+        keep = getattr(self.collective, "keeps_stream", True)  # False: nobody reads records
+        record = stream_record(tick, outputs) if keep else None
         if record is not None:
             self.collective.publish(record)
         rec = self.sched.pass_log[-1]
@@ -279,7 +282,7 @@ class _RankLoop:
         prev: _Prev = (False, False, None)
         while True:
             self.hooks.at_tick(tick)
-            self._route(tick, False)
+            self._route(tick if self.clock is None else self.clock.now(tick), False)
             while True:
                 plan = self.engine.plan()
                 total = self._reduce(plan, prev, tick)
@@ -299,7 +302,10 @@ class _RankLoop:
                     break
                 # Every rank is idle: bring the next arrival forward and plan this tick
                 # again (an idle tick would schedule nothing and measure nothing).
-                self._route(tick, True)
+                if self.clock is None:
+                    self._route(tick, True)
+                else:  # a clock moves to the next arrival, and all then due are routed
+                    self._route(self.clock.idle_to(self.trace[self.next][1].arrival_pass), False)
             if not total[ANY_WORK]:
                 break
             if aligned:
@@ -352,6 +358,7 @@ def run_rank(
     *,
     hooks: RankHooks = NO_HOOKS,
     on_phase: Callable[[list[RankReport]], None] | None = None,
+    clocks: RankClocks | None = None,
 ) -> list[RankReport]:
     """Run every phase of ``config`` on this rank; stops after a phase where a rank died.
 
@@ -359,7 +366,8 @@ def run_rank(
     first phase's vocabulary for every phase, so phases differ only in how they
     decide. ``hooks`` (``densegate.impl.dp.hooks``) are the lab's way in.
     ``on_phase`` gets the reports so far as each phase ends (``rank_main`` writes
-    them), so what a rank finished outlives it. Raises ``Excluded`` if the
+    them), so what a rank finished outlives it. ``clocks`` (default: the tick) say
+    when an arrival is due (``densegate.impl.dp.clock``). Raises ``Excluded`` if the
     survivors agreed this rank is gone.
     """
     if not 0 <= rank < world_size:
@@ -372,7 +380,9 @@ def run_rank(
     group = GroupState()
     phases = config.run_phases
     for k, phase in enumerate(phases):
-        loop = _RankLoop(rank, world_size, phase, k, indexed, [], config, collective, hooks, group)
+        loop = _RankLoop(
+            rank, world_size, phase, k, indexed, [], config, collective, hooks, group, clocks
+        )
         if prompts is None:
             prompts = make_prompts(trace, config.seed, loop.engine.vocab_size or 32000)
         loop.prompts = prompts

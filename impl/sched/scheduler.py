@@ -11,9 +11,9 @@ sequences that decode (flaw 2):
    the token budget, free sequence slots and free KV blocks, the last one
    chunked when chunked prefill is on.
 
-The gate decides whether steps 2-3 run at all: a HOLD pass is decode-only, so
-on a GPU it can replay a CUDA graph. Planning costs O(running + admitted), never
-O(queue length).
+The gate decides whether steps 2-3 run at all (a HOLD pass is decode-only, so on a
+GPU it can replay a CUDA graph) and how much of them (a capped FIRE); planning
+costs O(running + admitted), never O(queue length).
 
 Because admission is FCFS from the head and preemption takes the newest
 admission, every running request arrived before every waiting one; the spec
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from densegate.impl.gate import Decision, GateInput, GatePolicy, PrefillGate, Reason
 from densegate.impl.sched.batch import ScheduledBatch, SeqChunk
 from densegate.impl.sched.block_manager import BlockManager
+from densegate.impl.sched.cap import capped_prefill
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.plan import PassPlan, PassRecord
 from densegate.impl.sched.request import FINISH_LENGTH, FINISH_STOP, Request, RequestStatus
@@ -209,18 +210,17 @@ class Scheduler:
     def commit(self, plan: PassPlan, decision: Decision) -> ScheduledBatch:
         """Run the plan's prefill part only if ``decision`` fires; record the pass.
 
-        A stale plan (another pass's, or one that runs a request aborted since it
-        was made, or admits other than the queue's head) raises ``ValueError``
-        before anything changes: plan again. ``Engine`` defers such aborts.
-        """
+        A stale plan (another pass's, one running a request aborted since, or admitting
+        other than the queue's head) raises ``ValueError`` before anything changes."""
         self._check_current(plan)
         batch = ScheduledBatch(self._pass)
         prefill_tokens = 0
         if decision.fire:
-            for r, n in plan.partials:
+            kept = capped_prefill(plan.partials, plan.admits, decision.cap, self._chunked)
+            for r, n in kept[0]:
                 batch.prefills.append(self._prefill_chunk(r, n))
                 prefill_tokens += n
-            for r, n in plan.admits:
+            for r, n in kept[1]:
                 self.waiting.popleft()  # r: _check_current saw the admits head the queue
                 r.status = RequestStatus.RUNNING
                 self._queued_tokens -= r.num_tokens

@@ -1,12 +1,13 @@
-"""``densegate tune --dp N``: the aligned gate's K and ``align_ticks`` per workload, judged
-against the four peers through the same rank loops (modeled).
+"""``densegate tune --dp N``: the aligned gate's K, ``align_ticks`` and ``pace_tokens`` (the
+paced release) per workload, judged against the engines' own DP rules through the same
+rank loops (modeled, on the tick clock).
 
-Each workload's peers run once; then every candidate (K, A) runs as the densegate
-phase alone on the same trace. The proposal is issue 24's goal read as a choice: among
-the candidates whose TTFT p99 is at most 1.25x the best peer's, the highest tokens/s
-(ties: lower TTFT p99); each row also says whether it meets the whole goal (tokens/s
->= every peer's, ITL p99 <= every peer's). None meets the TTFT part: then no proposal,
-and the row with the lowest TTFT p99 is named instead. Modeled figures only.
+Each workload's peers run once; then every candidate (K, A, C) runs as the densegate
+phase alone on the same trace. The proposal is issue 31's goal read as a choice: among
+the candidates whose TTFT p99 is at most the best peer's, the highest tokens/s (ties:
+lower TTFT p99); each row also says whether it meets the whole goal (``goal``). None
+meets the TTFT part: then no proposal, and the row with the lowest TTFT p99 is named
+instead. Modeled figures only.
 """
 
 from __future__ import annotations
@@ -18,14 +19,16 @@ from typing import Any
 from densegate.impl.engine import EngineConfig
 from densegate.impl.figures import fmt
 from densegate.impl.traces.workload import TraceRequest
-from densegate.lab.baselines.dp_peers import PEERS
-from densegate.lab.bench.dp_policies import TTFT_SLACK, goal, run_dp_policies
+from densegate.lab.bench.dp_policies import bar_peers, goal, run_dp_policies
 from densegate.lab.cost.model import PassModel
 
 __all__ = ["DEFAULT_ALIGNS", "format_dp_tuning", "tune_dp"]
 
 DEFAULT_ALIGNS: tuple[int | None, ...] = (None, 0, 2)
 """Default ``align_ticks`` candidates (None: the ALIGNED release off)."""
+DEFAULT_PACES: tuple[int | None, ...] = (None,)
+"""Default ``pace_tokens`` candidates (None: the paced release off); the CLI adds the
+profile's ridge (``densegate.lab.cost.ridge``)."""
 
 
 def _figures(run: dict[str, Any]) -> dict[str, float]:
@@ -43,34 +46,35 @@ def tune_dp(
     aligns: Sequence[int | None] = DEFAULT_ALIGNS,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    paces: Sequence[int | None] = DEFAULT_PACES,
 ) -> dict[str, Any]:
     """The peers' figures, every candidate's, and the proposal (or None, with why)."""
-    peers = {n: _figures(r) for n, r in run_dp_policies(trace, engine, dp, model, list(PEERS),
+    peers = {n: _figures(r) for n, r in run_dp_policies(trace, engine, dp, model, bar_peers(),
                                                          seed).items()}  # fmt: skip
     best = {"tokens_per_s": max(p["tokens_per_s"] for p in peers.values()),
             "itl_ms_p99": min(p["itl_ms_p99"] for p in peers.values()),
             "ttft_ms_p99": min(p["ttft_ms_p99"] for p in peers.values())}  # fmt: skip
     rows = []
-    for k in holds:
-        for a in aligns:
-            cfg = dataclasses.replace(engine, max_hold_passes=k)
-            run = run_dp_policies(trace, cfg, dp, model, ["densegate"], seed, align_ticks=a)
-            f = _figures(run["densegate"])
-            met = goal([{"name": "densegate", **f}, *({"name": n, **p} for n, p in peers.items())])
-            assert met is not None  # densegate and the peers are all there
-            rows.append({"max_hold_passes": k, "align_ticks": a, **f,
-                         "ttft_ok": met["ttft_ms_p99"], "goal": all(met.values()),
-                         "finished": run["densegate"]["finished"]})  # fmt: skip
-            if progress is not None:
-                progress(f"K={k} align_ticks={a}: {fmt(f['tokens_per_s'])} tokens/s")
+    for k, a, c in ((k, a, c) for k in holds for a in aligns for c in paces):
+        cfg = dataclasses.replace(engine, max_hold_passes=k)
+        run = run_dp_policies(trace, cfg, dp, model, ["densegate"], seed, align_ticks=a,
+                              pace_tokens=c)  # fmt: skip
+        f = _figures(run["densegate"])
+        met = goal([{"name": "densegate", **f}, *({"name": n, **p} for n, p in peers.items())])
+        assert met is not None  # densegate and the peers are all there
+        rows.append({"max_hold_passes": k, "align_ticks": a, "pace_tokens": c, **f,
+                     "ttft_ok": met["ttft_ms_p99"], "goal": all(met.values()),
+                     "finished": run["densegate"]["finished"]})  # fmt: skip
+        if progress is not None:
+            progress(f"K={k} align_ticks={a} pace_tokens={c}: {fmt(f['tokens_per_s'])} tokens/s")
     fits = [r for r in rows if r["ttft_ok"]]
     pick = max(fits, key=lambda r: (r["tokens_per_s"], -r["ttft_ms_p99"])) if fits else None
     why = None
     if pick is None:
         low = min(rows, key=lambda r: r["ttft_ms_p99"])
-        why = (f"no candidate within {TTFT_SLACK}x the best peer's TTFT p99 "
-               f"({fmt(best['ttft_ms_p99'])} ms); lowest: K={low['max_hold_passes']} "
-               f"align_ticks={low['align_ticks']} at {fmt(low['ttft_ms_p99'])} ms")  # fmt: skip
+        why = (f"no candidate at or under the best peer's TTFT p99 "
+               f"({fmt(best['ttft_ms_p99'])} ms); lowest: {_setting(low)} at "
+               f"{fmt(low['ttft_ms_p99'])} ms")  # fmt: skip
     return {"requests": len(trace), "peers": peers, "best_peer": best, "candidates": rows,
             "proposal": pick, "why_none": why}  # fmt: skip
 
@@ -78,14 +82,13 @@ def tune_dp(
 def format_dp_tuning(name: str, t: dict[str, Any]) -> list[str]:
     """One markdown table: the peers, then each candidate with its goal columns."""
     lines = [f"### {name} (modeled, {t['requests']} requests)", "",
-             "| setting | tokens/s | ITL ms p99 | TTFT ms p99 | TTFT <= 1.25x best peer | goal |",
+             "| setting | tokens/s | ITL ms p99 | TTFT ms p99 | TTFT <= best peer | goal |",
              "|---|---:|---:|---:|---|---|"]  # fmt: skip
     for n, p in t["peers"].items():
         lines.append(f"| {n} | {fmt(p['tokens_per_s'])} | {fmt(p['itl_ms_p99'])} | "
                      f"{fmt(p['ttft_ms_p99'])} | | |")  # fmt: skip
     for r in t["candidates"]:
-        a = "off" if r["align_ticks"] is None else r["align_ticks"]
-        lines.append(f"| densegate K={r['max_hold_passes']} align_ticks={a} | "
+        lines.append(f"| densegate {_setting(r)} | "
                      f"{fmt(r['tokens_per_s'])} | {fmt(r['itl_ms_p99'])} | "
                      f"{fmt(r['ttft_ms_p99'])} | {'yes' if r['ttft_ok'] else 'no'} | "
                      f"{'met' if r['goal'] else 'not met'} |")  # fmt: skip
@@ -93,11 +96,16 @@ def format_dp_tuning(name: str, t: dict[str, Any]) -> list[str]:
     if p is None:
         lines += ["", f"proposal: none ({t['why_none']})"]
     else:
-        a = "off" if p["align_ticks"] is None else p["align_ticks"]
         best = t["best_peer"]
         tok = fmt(p["tokens_per_s"] / best["tokens_per_s"])
         ttft = fmt(p["ttft_ms_p99"] / best["ttft_ms_p99"])
         met = "met" if p["goal"] else "not met"
-        lines += ["", f"proposal: K={p['max_hold_passes']} align_ticks={a} (goal {met}: "
+        lines += ["", f"proposal: {_setting(p)} (goal {met}: "
                   f"tokens/s {tok}x the best peer's, TTFT p99 {ttft}x)"]  # fmt: skip
     return lines
+
+
+def _setting(r: dict[str, Any]) -> str:
+    a = "off" if r["align_ticks"] is None else r["align_ticks"]
+    c = "off" if r.get("pace_tokens") is None else r["pace_tokens"]
+    return f"K={r['max_hold_passes']} align_ticks={a} pace_tokens={c}"

@@ -34,6 +34,8 @@ class Workload:
     requests: int
     make: Callable[[int, int], list[TraceRequest]]
     """``make(n, seed)``: the trace; the same arguments give the same trace."""
+    burst: int = 1
+    """Requests arriving at once, on average (the seconds clock draws its arrivals so)."""
 
     def trace(self, seed: int, requests: int | None = None) -> list[TraceRequest]:
         return self.make(self.requests if requests is None else requests, seed)
@@ -69,7 +71,10 @@ def _long_prompt(n: int, seed: int) -> list[TraceRequest]:
     )
 
 
-def _bursty(n: int, seed: int, burst: int = 12, rate: float = 0.6) -> list[TraceRequest]:
+_BURST = 12
+
+
+def _bursty(n: int, seed: int, burst: int = _BURST, rate: float = 0.6) -> list[TraceRequest]:
     """Chat-like lengths; arrivals in bursts of about ``burst`` at once, ``rate`` on average."""
     lengths = synthetic_trace(n, seed, rate=rate, max_model_len=MAX_MODEL_LEN)
     rng = random.Random(f"bursty:{seed}")
@@ -87,7 +92,8 @@ WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
         Workload("steady", "steady Poisson arrivals, moderate lengths", 800, _steady),
-        Workload("bursty", "bursts of ~12 requests at once, chat-like lengths", 800, _bursty),
+        Workload("bursty", "bursts of ~12 requests at once, chat-like lengths", 800, _bursty,
+                 _BURST),
         Workload("long-prompt", "long-prompt heavy: ~1k-token prompts, short answers", 500,
                  _long_prompt),
         Workload("chat", "chat-like: Poisson arrivals, long-tailed lengths", 800, _chat),

@@ -8,6 +8,7 @@ computed from a profile traces back to its inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import reprlib
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from densegate.lab.cost.model import (
     PassModel,
     PassWork,
 )
-from densegate.lab.cost.roofline import GPUS, SHAPES, RooflineInputs, RooflineModel
+from densegate.lab.cost.roofline import GPUS, LAUNCH_US, SHAPES, RooflineInputs, RooflineModel
 
 __all__ = ["FORMAT", "KIND_FEATURES", "Profile", "Sample", "fit", "fit_error", "roofline_profile"]
 
@@ -226,10 +227,22 @@ class Profile:
 
     @classmethod
     def load(cls, path: str | Path) -> Profile:
-        """A saved profile, or a shipped roofline by name (``roofline:H100-SXM``)."""
+        """A saved profile, or a shipped roofline by name (``roofline:H100-SXM``), its
+        launch cost optionally scaled (``roofline:H100-SXM,launch=3``: 3x ``launch_us``)."""
         text = str(path)
         if text.startswith("roofline:"):
-            return roofline_profile(text.split(":", 1)[1])
+            gpu, _, extra = text.split(":", 1)[1].partition(",")
+            if not extra:
+                return roofline_profile(gpu)
+            key, _, value = extra.partition("=")
+            try:
+                scale = float(value)
+            except ValueError:
+                scale = -1.0
+            if key != "launch" or not 0 < scale <= 100:
+                raise ValueError(f"{extra!r}: the one roofline option is launch=X, X in (0, 100]")
+            prof = roofline_profile(gpu, launch_us=LAUNCH_US * scale)
+            return dataclasses.replace(prof, name=f"{prof.name}-launch{scale:g}x")
         try:
             return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
         except UnicodeDecodeError as e:

@@ -21,7 +21,15 @@ from densegate.impl.validation import (
 )
 from densegate.lab.cost.model import PassWork, kind_of
 
-__all__ = ["GPUS", "SHAPES", "GPUSpec", "ModelShape", "RooflineInputs", "RooflineModel"]
+__all__ = [
+    "GPUS",
+    "LAUNCH_US",
+    "SHAPES",
+    "GPUSpec",
+    "ModelShape",
+    "RooflineInputs",
+    "RooflineModel",
+]
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,10 @@ SHAPES: dict[str, ModelShape] = {
 """The shipped model shapes."""
 
 
+LAUNCH_US = 4.5
+"""The assumed host launch overhead per kernel of an eager pass (us)."""
+
+
 @dataclass(frozen=True)
 class RooflineInputs:
     """Everything the roofline uses; the efficiencies and overheads are stated assumptions."""
@@ -109,7 +121,7 @@ class RooflineInputs:
     """Share of the peak bandwidth a weight or KV stream reaches (assumed)."""
     kernels_per_layer: int = 12
     """Kernels an eager pass launches per layer (norms, QKV, rope, attention, MLP; assumed)."""
-    launch_us: float = 4.5
+    launch_us: float = LAUNCH_US
     """Host launch overhead per kernel of an eager pass (assumed)."""
     graph_replay_us: float = 30.0
     """A decode graph's replay, launched once (assumed)."""

@@ -24,7 +24,7 @@ from typing import Any
 from densegate.impl.engine import Engine
 from densegate.impl.figures import percentile
 from densegate.impl.sched.batch import Runner, ScheduledBatch
-from densegate.lab.cost.model import PassModel, PassWork, tick_ms
+from densegate.lab.cost.model import PassModel, PassWork
 
 __all__ = [
     "PassTimeline",
@@ -201,6 +201,7 @@ def rank_timing(engine: Engine, timeline: PassTimeline) -> dict[str, Any]:
         "tick_ms": [1e3 * (ends[b] - ends[a]) for a, b in itertools.pairwise(passes) if b == a + 1],
         "work": [[p, *timeline.work[p].as_list()] for p in passes],
         "requests": [[r.arrival_pass, timeline.tokens.get(r.seq_id, [])] for r in reqs],
+        "request_ids": [r.request_id for r in reqs],
     }
 
 
@@ -235,11 +236,30 @@ def dp_figures(ranks: Sequence[Mapping[str, Any]], model: PassModel | None = Non
             [x for r in ranks for x in r["itl_ms"]],
             ticks,
         )
-    works: dict[int, list[PassWork]] = collections.defaultdict(list)
+    # model.tick_ms of each tick's works, inlined: the slowest pass (max's order: the
+    # first of equals) plus the collective; each distinct valid work priced once (a
+    # model is a function of the work), a bad one left to PassWork.from_list to name.
+    priced: dict[tuple[int, ...], float] = {}
+    slowest: dict[int, float] = {}
     for r in ranks:
         for row in r["work"]:
-            works[int(row[0])].append(PassWork.from_list(row[1:]))
-    tick_by_pass = {t: tick_ms(model, ws) for t, ws in works.items()}
+            counts = row[1:]
+            if (
+                type(counts) is list
+                and len(counts) == 6
+                and all(type(x) is int and x >= 0 for x in counts)
+            ):
+                same = tuple(counts)
+                ms = priced.get(same)
+                if ms is None:
+                    ms = priced[same] = model.pass_ms(PassWork(*counts))
+            else:
+                ms = model.pass_ms(PassWork.from_list(counts))
+            t = int(row[0])
+            top = slowest.get(t)
+            if top is None or ms > top:
+                slowest[t] = ms
+    tick_by_pass = {t: ms + model.collective_ms for t, ms in slowest.items()}
     tokens: dict[int, list[int]] = {}
     arrivals: list[tuple[int, int]] = []
     for r in ranks:

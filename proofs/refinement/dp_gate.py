@@ -3,16 +3,19 @@
 The abstraction is the gate's ``state`` (``hold_passes``, ``last_fill``,
 ``grew_at``) read as the spec's (h, q, g). One check over unbounded ints: for
 every configuration (B, K, N >= 1, fill threshold 1 <= T <= B, S >= 0, KV valve,
-aligned release (``align_ticks`` A >= 0 or None) and gate on or off) and every
-state with 0 <= h < K (stall memory any ints), a fresh gate starts in the spec's
-initial state, and one ``decide`` on any reduced vector the spec admits
-(0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N) and
-tick t >= 0 returns the spec's decision and reason and leaves its next state.
+aligned release (``align_ticks`` A >= 0 or None), paced mode (``pace_tokens`` Cp >= 1
+or None) and gate on or off) and every state with 0 <= h < K (stall memory any ints),
+a fresh gate starts in the spec's initial state, and one ``decide`` on any reduced
+vector the spec admits (0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N) and
+tick t >= 0 returns the spec's decision, reason and cap (``Decision.cap``, None read
+as the spec's 0) and leaves its next state.
 The number of ranks is a symbolic int, so this is for every N, not a sampled few.
 
 What is taken as given rather than executed: the config's ``fill_tokens``
 (``ceil(target_fill * B)``, exact rational arithmetic CrossHair would have to
-make concrete) is read as the spec's parameter T, any int in [1, B]. The gate's
+make concrete) is read as the spec's parameter T, any int in [1, B]. The spec's
+``cmin`` and ``cmax`` (the range it takes the cap from) are no input of the gate: the
+code is checked for every pace_tokens >= 1, a range that contains theirs. The gate's
 constructor and ``decide`` run as shipped; the config's and reduced vector's
 validating constructors run in a check of their own (``inputs``).
 """
@@ -29,8 +32,8 @@ from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import (
     Classes,
+    NoTracing,
     admit,
-    agrees,
     fail,
     guarded,
     holds,
@@ -40,11 +43,18 @@ from densegate.proofs.refinement.symbolic import (
     term,
 )
 from densegate.spec.dp_gate import DP, reason
-from densegate.spec.machine import evaluate
+from densegate.spec.machine import Frame, evaluate
 
-__all__ = ["R2_CHECKS", "R2_CLASSES", "R2_MUTANTS", "R2_PRECONDITION", "replay"]
+__all__ = [
+    "R2_CAP_MUTANTS",
+    "R2_CHECKS",
+    "R2_CLASSES",
+    "R2_MUTANTS",
+    "R2_PRECONDITION",
+    "replay",
+]
 
-PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A")
+PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp")
 STATE = ("h", "q", "g")
 OBS = ("W", "F", "D", "P", "C", "t")
 
@@ -61,7 +71,7 @@ def _pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     B, K, N, T, S, A, h = v["B"], v["K"], v["N"], v["T"], v["S"], v["A"], v["h"]
     W, F, D, P, C, t = v["W"], v["F"], v["D"], v["P"], v["C"], v["t"]
     return z3.And(
-        B >= 1, K >= 1, N >= 1, T >= 1, T <= B, S >= 0, A >= 0, h >= 0, h < K,
+        B >= 1, K >= 1, N >= 1, T >= 1, T <= B, S >= 0, A >= 0, v["Cp"] >= 1, h >= 0, h < K,
         W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0, C <= N, t >= 0,
     )  # fmt: skip
 
@@ -78,6 +88,8 @@ R2_CLASSES: Classes = {
     "STALL valve off (S = 0)": lambda v: v["S"] == 0,
     "aligned release on": lambda v: v["al"],
     "aligned release off": lambda v: z3.Not(v["al"]),
+    "paced mode on": lambda v: v["pc"],
+    "paced mode off": lambda v: z3.Not(v["pc"]),
 }
 """The configuration classes R2's scope names; each must be reached by an explored path."""
 
@@ -102,12 +114,13 @@ def _unvalidated(cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> 
 
 def _inputs(v: Mapping[str, Any], validated: bool) -> tuple[Any, Any]:
     """The config and reduced vector; ``validated`` runs their shipped constructors."""
-    cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"], v["A"] if v["al"] else None)
+    cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"], v["A"] if v["al"] else None,
+           v["Cp"] if v["pc"] else None)  # fmt: skip
     red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"])
     if validated:
         config, reduced = _Config(*cfg), ReducedObservation(*red)
     else:
-        names = (*_CONFIG_FIELDS, "kv_pressure_valve", "align_ticks")
+        names = (*_CONFIG_FIELDS, "kv_pressure_valve", "align_ticks", "pace_tokens")
         config = _unvalidated(_Config, names, cfg)
         reduced = _unvalidated(ReducedObservation, _REDUCED_FIELDS, red)
     object.__setattr__(config, "_T", v["T"])
@@ -125,7 +138,7 @@ def _run(cls: type, v: Mapping[str, Any], validated: bool = True) -> tuple[Any, 
 
 
 _NAMES = (*PARAMS, *STATE, *OBS)
-_BOOLS = ("kv", "enabled", "al")
+_BOOLS = ("kv", "enabled", "al", "pc")
 _SIGNATURE = keyword_signature({n: bool if n in _BOOLS else int for n in _NAMES})
 """The checks' arguments, keyword-only (``keyword_signature``: CrossHair shares them across
 paths instead of copying each on every path)."""
@@ -133,6 +146,20 @@ paths instead of copying each on every path)."""
 
 def _admitted(v: Mapping[str, Any]) -> bool:
     return admit(_pre, **{k: v[k] for k in _NAMES if k not in (*_BOOLS, "q", "g")})
+
+
+def _agrees(v: Mapping[str, Any], dec: Any, nxt: tuple[Any, ...]) -> bool:
+    """Whether the code's (fire, reason, cap, next state) is the step ``DP.relation`` allows
+    (``agrees`` with the cap: a Decision's None is the spec's 0; the local view is 0, which
+    the spec's commands never read)."""
+    cap = 0 if dec.cap is None else dec.cap
+    with NoTracing():
+        p = {k: term(v[k]) for k in PARAMS}
+        s = {k: term(v[k]) for k in STATE}
+        o = {k: term(v[k]) if k in OBS else z3.IntVal(0) for k in DP.obs_sorts}
+        out = {"fire": term(dec.fire), "reason": reason(dec.reason.name), "cap": term(cap)}
+        s2 = {k: term(x) for k, x in zip(STATE, nxt, strict=True)}
+        return holds(DP.relation(p, Frame(s, o, out), s2))
 
 
 def _check(cls: type) -> Callable[..., None]:
@@ -143,10 +170,7 @@ def _check(cls: type) -> Callable[..., None]:
     def check(**v: Any) -> None:
         assert _admitted(v)
         _, dec, nxt = guarded(lambda: _run(cls, v, validated=False), v)
-        p = {k: v[k] for k in PARAMS}
-        s2 = dict(zip(STATE, nxt, strict=True))
-        o = {k: v[k] for k in OBS}
-        if not agrees(DP, reason, p, {k: v[k] for k in STATE}, o, dec.fire, dec.reason.name, s2):
+        if not _agrees(v, dec, tuple(nxt)):
             fail(v, "decide differs from the spec")
         reached(v)
         sample(v)  # a state this path reached: mutants are replayed on it first
@@ -177,6 +201,8 @@ def _inputs_check(cls: type) -> Callable[..., None]:
             fail(v, "a constructor changed an input")
         if (config.align_ticks is None) == v["al"] or (v["al"] and config.align_ticks != v["A"]):
             fail(v, "the config changed align_ticks")
+        if (config.pace_tokens is None) == v["pc"] or (v["pc"] and config.pace_tokens != v["Cp"]):
+            fail(v, "the config changed pace_tokens")
         reached(v)
 
     check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
@@ -190,9 +216,10 @@ R2_CHECKS: dict[str, Callable[[type], Callable[..., None]]] = {
 """Entry point -> check of an AlignedGate-like class (the shipped one or a mutant)."""
 
 
-def _text(fire: object, why: str, nxt: tuple[Any, ...]) -> str:
+def _text(fire: object, why: str, cap: object, nxt: tuple[Any, ...]) -> str:
     h, q, g = nxt
-    return f"{'FIRE' if fire else 'HOLD'} {why} h'={h} q'={q} g'={g}"
+    capped = f" cap={cap}" if cap else ""
+    return f"{'FIRE' if fire else 'HOLD'} {why}{capped} h'={h} q'={q} g'={g}"
 
 
 def replay(cls: type, via: str, witness: Mapping[str, Any]) -> Replay:
@@ -206,13 +233,22 @@ def replay(cls: type, via: str, witness: Mapping[str, Any]) -> Replay:
         return Replay(f"fresh gate state {tuple(fresh)}", "fresh gate state (0, 0, 0)")
     p = {k: v[k] for k in PARAMS}
     _, out, s2 = evaluate(DP, p, {k: v[k] for k in STATE}, {k: v[k] for k in OBS})
-    spec = _text(out["fire"], str(out["reason"]), tuple(s2[k] for k in STATE))
-    return Replay(_text(dec.fire, dec.reason.name, tuple(nxt)), spec)
+    spec = _text(out["fire"], str(out["reason"]), out["cap"], tuple(s2[k] for k in STATE))
+    return Replay(_text(dec.fire, dec.reason.name, dec.cap, tuple(nxt)), spec)
 
 
 def _m(name: str, description: str, old: str, new: str, where: str = "_rules") -> CodeMutant:
     return CodeMutant(name, description, AlignedGate, where, old, new)
 
+
+_DENSE = """    elif waiting_ranks == self._world and fill >= self._fill_target:
+        reason = Reason.DENSE
+"""
+_PACED = """    elif self._paced is not None:
+        self._h = 0
+        return self._paced
+"""
+_DENSE_THEN_PACED, _PACED_THEN_DENSE = _DENSE + _PACED, _PACED + _DENSE
 
 R2_MUTANTS: tuple[CodeMutant, ...] = (
     _m(
@@ -248,6 +284,18 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
         "_aligned",
     ),
     _m(
+        "paced_before_dense",
+        "the paced release ahead of DENSE: a tick every rank can fill densely fires capped",
+        _DENSE_THEN_PACED,
+        _PACED_THEN_DENSE,
+    ),
+    _m(
+        "paced_skips_kv_valve",
+        "paced mode passes over the KV valve: a pressured tick fires DENSE or PACED",
+        "self._kv_valve and pressured > 0",
+        "self._kv_valve and pressured > 0 and self._paced is None",
+    ),
+    _m(
         "fresh_gate_holding",
         "a new gate starts one held tick into an episode (h = 1, not the spec's h = 0)",
         "self._h = 0",
@@ -256,3 +304,15 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
     ),
 )
 """Broken AlignedGates R2 must refute, each with inputs on which it disagrees."""
+
+R2_CAP_MUTANTS: tuple[CodeMutant, ...] = (
+    _m(
+        "paced_cap_dense_tokens",
+        "the paced cap is dense_tokens, not pace_tokens (only Decision.cap differs)",
+        "Decision(True, Reason.PACED, pace)",
+        "Decision(True, Reason.PACED, config.dense_tokens)",
+        "__init__",
+    ),
+)
+"""Broken AlignedGates that differ from the spec in the cap alone: R2 refutes them (its step
+check compares the cap), and ``tests/test_paced_gate.py`` replays each refutation."""

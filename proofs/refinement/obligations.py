@@ -271,8 +271,8 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         dp_gate.R2_MUTANTS,
         "impl/dp_gate.py AlignedGate, symbolic execution (CrossHair) of every path; "
         "unbounded ints, any N >= 1; fill_tokens taken as T in [1, B], not executed; gate, "
-        "KV valve, STALL valve and aligned release each on and off, each reached by an "
-        "explored path",
+        "KV valve, STALL valve, aligned release and paced mode (any pace_tokens >= 1) each "
+        "on and off, each reached by an explored path; the decision's cap compared too",
         DP,
         dp_gate.R2_PRECONDITION,
         dp_gate.R2_CLASSES,

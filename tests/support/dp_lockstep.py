@@ -4,8 +4,10 @@ Every tick draws one local observation per rank, builds each rank's vector,
 sums them (the all-reduce), and asks the implementation and the spec's relation
 for the decision; the spec also gets one rank's own summand and a wall clock it
 must ignore. Besides, N replicas of the gate (one per rank) are fed the same
-reduced vector and must never diverge. Importable, so the mutation tests can
-point it at a broken implementation.
+reduced vector and must never diverge. Decision, reason, cap (``Decision.cap``, the
+spec's 0 for none) and state are compared; the paced mode is drawn in some runs
+(``PacedLockstep``: in every run). Importable, so the mutation tests can point it at a
+broken implementation.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ target_fills = st.one_of(
 )
 stall_ticks = st.one_of(st.just(0), st.integers(1, 6))
 align_ticks = st.one_of(st.none(), st.just(0), st.integers(1, 5))
+pace_tokens = st.integers(1, 64)
+"""A pace cap: the spec takes any value in [cmin, cmax]; the lockstep passes cmin = 1 and
+cmax = the cap itself, which the gate never reads."""
 run_lengths = st.integers(1, 30)
 advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 
@@ -39,6 +44,9 @@ class AlignedLockstep(RuleBasedStateMachine):
     """A module with AlignedGate, AlignedGateConfig, RankObservation, ReducedObservation."""
     spec: ClassVar[Machine] = DP
     ticks: ClassVar[int] = 0
+    paces: ClassVar[st.SearchStrategy[int | None]] = st.one_of(st.none(), st.none(), pace_tokens)
+    """The paced mode's cap (None: off), drawn once per run."""
+    paced_ticks: ClassVar[int] = 0
 
     @initialize(
         B=dense_tokens,
@@ -49,18 +57,30 @@ class AlignedLockstep(RuleBasedStateMachine):
         S=stall_ticks,
         kv=st.booleans(),
         A=align_ticks,
+        data=st.data(),
     )
     def setup(
-        self, B: int, K: int, N: int, enabled: bool, fill: float, S: int, kv: bool, A: int | None
+        self,
+        B: int,
+        K: int,
+        N: int,
+        enabled: bool,
+        fill: float,
+        S: int,
+        kv: bool,
+        A: int | None,
+        data: st.DataObject,
     ) -> None:
         m = self.impl
-        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A)
+        pace = data.draw(self.paces, label="pace_tokens")
+        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A, pace)
         self.gate = m.AlignedGate(self.config, N)
         self.replicas = [m.AlignedGate(self.config, N) for _ in range(N)]
         T = self.config.fill_tokens
         assert 1 <= T <= B
         self.params = {"B": B, "K": K, "N": N, "T": T, "S": S, "kv": kv, "enabled": enabled}
         self.params |= {"al": A is not None, "A": 0 if A is None else A}
+        self.params |= {"pc": pace is not None, "Cp": pace or 1, "cmin": 1, "cmax": pace or 1}
         self.state = {"h": 0, "q": 0, "g": 0}
         self.tick = 0
         self._strategies()
@@ -77,8 +97,9 @@ class AlignedLockstep(RuleBasedStateMachine):
         obs["clock"] = clock
         _, out, nxt = evaluate(self.spec, self.params, self.state, obs)
         AlignedLockstep.ticks += 1
-        got = (dec.fire, dec.reason.name, tuple(self.gate.state))
-        want = (out["fire"], out["reason"], (nxt["h"], nxt["q"], nxt["g"]))
+        AlignedLockstep.paced_ticks += dec.cap is not None
+        got = (dec.fire, dec.reason.name, dec.cap or 0, tuple(self.gate.state))
+        want = (out["fire"], out["reason"], out["cap"], (nxt["h"], nxt["q"], nxt["g"]))
         assert got == want, f"tick {self.tick} {obs} state {self.state}: impl {got} != spec {want}"
         for replica in self.replicas:
             assert replica.decide(reduced, self.tick) == dec
@@ -175,3 +196,9 @@ class AlignedLockstep(RuleBasedStateMachine):
     def counter_bounded(self) -> None:
         if hasattr(self, "gate"):
             assert 0 <= self.gate.hold_passes < self.params["K"]
+
+
+class PacedLockstep(AlignedLockstep):
+    """The same lockstep with the paced mode on in every run."""
+
+    paces: ClassVar[st.SearchStrategy[int | None]] = pace_tokens

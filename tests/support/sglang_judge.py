@@ -42,6 +42,10 @@ def dp_spec_mismatches(
         "enabled": cfg.enabled,
         "al": cfg.align_ticks is not None,
         "A": cfg.align_ticks or 0,
+        "pc": cfg.pace_tokens is not None,
+        "Cp": cfg.pace_tokens or 1,
+        "cmin": 1,
+        "cmax": cfg.pace_tokens or 1,
     }
     state = {"h": 0, "q": 0, "g": 0}
     bad = []
