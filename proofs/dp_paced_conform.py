@@ -1,0 +1,346 @@
+"""``prove_aligned_conforms(factory)``: the conformance kit, symbolically, for anyone's
+aligned (data-parallel) gate, paced mode and its cap included.
+
+The kit's single-rank half (``densegate.proofs.refinement.conform``) judges a gate built
+from ``GateConfig``, which has no paced mode. This half judges a gate built as
+``factory(AlignedGateConfig, world_size)`` with ``decide(ReducedObservation, tick) ->
+Decision`` and ``hold_passes`` (``densegate.impl.dp_gate.AlignedGate`` is one), as a black
+box from a fresh gate: CrossHair explores every path of every run of ``passes`` ticks,
+over every config (B, K, N >= 1, gate, KV valve, STALL valve (any S >= 0), aligned
+release (any A >= 0) and paced mode (any ``pace_tokens`` >= 1) each on or off; the fill
+threshold any T in [1, B], handed to the gate as ``config.fill_tokens``, which it must
+read there) and every reduced vector and tick the spec admits, all unbounded ints.
+Each property is one symbolic question per path:
+
+- ``agreement``: decision, reason, cap (``Decision.cap``, None as the spec's 0) and
+  ``hold_passes`` equal ``densegate.spec.dp_gate.DP``'s on every tick, its state
+  carried beside the gate's from the initial one;
+- ``D9``: with the paced mode on every tick FIREs, never ALIGNED, STALL or BUDGET;
+  PACED only with it on;
+- ``D10``: the cap is ``pace_tokens`` on a PACED fire and None on every other decision;
+  a tick where every rank waits and the fill reaches T*N is uncapped (the spec's
+  ``cmin <= cap <= cmax`` is no input of a gate, so it is not judged here).
+
+Verdicts as in ``--prove`` for single-rank gates: ``proved`` (bounded in ticks only),
+``refuted`` with the run, replayed concretely on the gate beside the spec's evaluator
+(which must show the same property broken), ``out of reach`` with the reason, or
+``vacuous`` (the precondition admits nothing, no path got past it, or a class (gate on,
+gate off, paced mode on, paced mode off) no explored path reached).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from densegate.impl.dp_gate import AlignedGateConfig, ReducedObservation
+from densegate.impl.gate import Reason
+from densegate.proofs.refinement.symbolic import (
+    Classes,
+    NoTracing,
+    admit,
+    admitted_classes,
+    explore,
+    fail,
+    guarded,
+    holds,
+    keyword_signature,
+    reached,
+    term,
+)
+from densegate.spec.dp_gate import DP, reason
+from densegate.spec.machine import Command, evaluate
+from densegate.spec.properties import Property
+
+__all__ = [
+    "ALIGNED_CLASSES",
+    "ALIGNED_IDS",
+    "AlignedFactory",
+    "AlignedProofReport",
+    "prove_aligned_conforms",
+]
+
+AlignedFactory = Callable[[AlignedGateConfig, int], Any]
+"""``factory(config, world_size)``: a fresh aligned gate."""
+
+ALIGNED_IDS = ("agreement", "D9", "D10")
+_PROPS = {
+    "agreement": Property(
+        "agreement",
+        "agreement with spec",
+        "agreement: decision, reason, cap and counter equal the dp spec's on every tick",
+    ),
+    "D9": Property(
+        "D9",
+        "paced never holds",
+        "paced mode never holds: with it on, every tick FIREs (so no HOLD while work waits) "
+        "and never ALIGNED, STALL or BUDGET; PACED only with it on",
+    ),
+    "D10": Property(
+        "D10",
+        "paced cap",
+        "paced cap: Decision.cap is pace_tokens on a PACED fire and None on every other "
+        "decision; a tick where every rank waits and the fill reaches T*N is uncapped",
+    ),
+}
+PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp")
+_BOOLS = ("kv", "enabled", "al", "pc")
+_OBS = ("W", "F", "D", "P", "C", "t")
+
+ALIGNED_CLASSES: Classes = {
+    "gate on": lambda v: v["enabled"],
+    "gate off": lambda v: z3.Not(v["enabled"]),
+    "paced mode on": lambda v: v["pc"],
+    "paced mode off": lambda v: z3.Not(v["pc"]),
+}
+"""The configuration classes every property's check must reach on some explored path."""
+
+
+class _Config(AlignedGateConfig):
+    """The config with ``fill_tokens`` given as the spec's T (exact rationals would be made
+    concrete); ``target_fill`` is left at 1. T is a class attribute of a subclass made per
+    run, so a gate that ``dataclasses.replace``-s its config keeps it."""
+
+    T: Any = 1
+
+    @property
+    def fill_tokens(self) -> int:
+        return self.T  # type: ignore[no-any-return]
+
+
+def _config(v: Mapping[str, Any]) -> AlignedGateConfig:
+    with NoTracing():
+        cls = type("AlignedGateConfig", (_Config,), {"T": v["T"], "__module__": __name__})
+    return cls(v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"],  # type: ignore[no-any-return]
+               v["A"] if v["al"] else None, v["Cp"] if v["pc"] else None)  # fmt: skip
+
+
+def _pre(ticks: int) -> Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef]:
+    def pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
+        B, N = v["B"], v["N"]
+        conds = [B >= 1, v["K"] >= 1, N >= 1, v["T"] >= 1, v["T"] <= B, v["S"] >= 0]
+        conds += [v["A"] >= 0, v["Cp"] >= 1]
+        for i in range(ticks):
+            W, F, D, P, C, t = (v[f"{k}{i}"] for k in _OBS)
+            conds += [W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0]
+            conds += [C <= N, t >= 0]
+        return z3.And(*conds)
+
+    return pre
+
+
+def _names(ticks: int) -> list[str]:
+    return [*PARAMS, *(f"{k}{i}" for i in range(ticks) for k in _OBS)]
+
+
+def _drive(factory: AlignedFactory, v: Mapping[str, Any], ticks: int) -> list[tuple[Any, ...]]:
+    """A fresh gate over the run: (decision, hold_passes after) per tick."""
+    gate = factory(_config(v), v["N"])
+    out = []
+    for i in range(ticks):
+        red = ReducedObservation(v["N"], *(v[f"{k}{i}"] for k in _OBS[:5]))
+        dec = gate.decide(red, v[f"t{i}"])
+        if not isinstance(dec.reason, Reason) or dec.fire != (dec.reason is not Reason.HOLD):
+            fail(dict(v), f"decide returned {dec!r}, not a Decision whose fire matches its reason")
+        out.append((dec.fire, dec.reason.name, dec.cap, gate.hold_passes))
+    return out
+
+
+def _chosen(cmds: Sequence[Command], get: Callable[[Command], z3.ExprRef]) -> z3.ExprRef:
+    """``get`` of the enabled command (exactly one is: D4)."""
+    out = get(cmds[-1])
+    for c in reversed(cmds[:-1]):
+        out = z3.If(c.guard, get(c), out)
+    return out
+
+
+def _judge(pid: str, v: Mapping[str, Any], steps: Sequence[tuple[Any, ...]]) -> z3.BoolRef:
+    """The property over one run, as one formula (the spec's terms for agreement)."""
+    p = {k: term(v[k]) for k in PARAMS} | {"cmin": z3.IntVal(1), "cmax": term(v["Cp"])}
+    s: dict[str, z3.ExprRef] = {"h": z3.IntVal(0), "q": z3.IntVal(0), "g": z3.IntVal(0)}
+    conds = []
+    for i, (fire, why, cap, h2) in enumerate(steps):
+        o = {k: term(v[f"{k}{i}"]) for k in _OBS} | {
+            k: z3.IntVal(0) for k in DP.obs_sorts if k not in _OBS
+        }
+        f, r, c = term(fire), reason(why), term(0 if cap is None else cap)
+        if pid == "agreement":
+            cmds = DP.commands(p, s, o)
+            want = [_chosen(cmds, lambda x, k=k: x.out[k]) for k in ("fire", "reason", "cap")]
+            s = {k: _chosen(cmds, lambda x, k=k: x.next[k]) for k in s}
+            conds += [f == want[0], r == want[1], c == want[2], term(h2) == s["h"]]
+        elif pid == "D9":
+            never = [r != reason(n) for n in ("ALIGNED", "STALL", "BUDGET")]
+            conds.append(z3.Implies(p["pc"], z3.And(f, *never)))
+            conds.append(z3.Implies(r == reason("PACED"), p["pc"]))
+        else:
+            dense = z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
+            conds += [c == z3.If(r == reason("PACED"), p["Cp"], 0), z3.Implies(dense, c == 0)]
+    return z3.And(*conds) if conds else z3.BoolVal(True)
+
+
+def _check(factory: AlignedFactory, pid: str, ticks: int) -> Callable[..., None]:
+    pre = _pre(ticks)
+
+    def check(**v: Any) -> None:
+        assert admit(pre, **{k: x for k, x in v.items()})
+        steps = guarded(lambda: _drive(factory, v, ticks), v)
+        with NoTracing():
+            formula = _judge(pid, v, steps)
+        if not holds(formula):
+            fail(v, f"{pid} broken")
+        reached(v)
+
+    names = _names(ticks)
+    check.__signature__ = keyword_signature(  # type: ignore[attr-defined]
+        {n: bool if n in _BOOLS else int for n in names}
+    )
+    return check
+
+
+# -- replay, verdicts, the report ------------------------------------------------------------
+
+
+def _flags(factory: AlignedFactory, run: Mapping[str, Any], ticks: int) -> dict[str, str]:
+    """The run replayed concretely on the gate and the spec's evaluator: each property it
+    breaks, with the first tick that does."""
+    flags: dict[str, str] = {}
+    try:
+        steps = _drive(factory, run, ticks)
+    except Exception as e:
+        return {pid: f"raised {type(e).__name__}: {e}" for pid in ALIGNED_IDS}
+    p = {k: run[k] for k in PARAMS} | {"cmin": 1, "cmax": run["Cp"]}
+    state = {"h": 0, "q": 0, "g": 0}
+    for i, (fire, why, cap, h2) in enumerate(steps):
+        o = {k: run[f"{k}{i}"] for k in _OBS} | {"lw": 0, "lf": 0, "ld": 0, "lp": 0, "clock": 0}
+        _, out, state = evaluate(DP, p, state, o)
+        got = (fire, why, cap or 0, h2)
+        want = (out["fire"], out["reason"], out["cap"], state["h"])
+        code = f"{'FIRE' if fire else 'HOLD'} {why} cap={cap} hold_passes={h2}"
+        if got != want:
+            flags.setdefault("agreement", f"tick {i + 1}: {code}, spec {want}")
+        if (run["pc"] and (not fire or why in ("ALIGNED", "STALL", "BUDGET"))) or (
+            why == "PACED" and not run["pc"]
+        ):
+            flags.setdefault("D9", f"tick {i + 1}: {code} with pc={run['pc']}")
+        dense = o["W"] == run["N"] and o["F"] >= run["T"] * run["N"]
+        if (cap or 0) != (run["Cp"] if why == "PACED" else 0) or (dense and cap is not None):
+            flags.setdefault("D10", f"tick {i + 1}: {code}, pace_tokens={run['Cp']}")
+    return flags
+
+
+@dataclass(frozen=True)
+class AlignedVerdict:
+    prop: Property
+    status: str  # proved | refuted | out of reach | vacuous
+    seconds: float
+    run: dict[str, Any] | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class AlignedProofReport:
+    target: str
+    ticks: int
+    results: tuple[AlignedVerdict, ...]
+    seconds: float
+
+    @property
+    def proved(self) -> bool:
+        return all(r.status == "proved" for r in self.results)
+
+    def __getitem__(self, pid: str) -> AlignedVerdict:
+        return next(r for r in self.results if r.prop.id == pid)
+
+    def format(self) -> str:
+        lines = [
+            f"densegate conform --prove --aligned {self.target}: every path of every run of "
+            f"{self.ticks} ticks from a fresh gate, all configs (B, K, N >= 1, T in [1, B]; "
+            "gate, KV valve, STALL valve, aligned release and paced mode each on and off) and "
+            f"reduced vectors (unbounded ints), {self.seconds:.1f} s"
+        ]
+        width = max(len(r.prop.label) for r in self.results)
+        lines += [f"  {r.prop.label:<{width}}  {r.status}" for r in self.results]
+        for r in self.results:
+            if r.status == "refuted" and r.run is not None:
+                lines += ["", f"{r.prop.id} REFUTED: {r.prop.statement}", f"  {_run_text(r.run)}"]
+                lines.append(f"  {r.detail}")
+            elif r.status in ("out of reach", "vacuous"):
+                lines += ["", f"{r.prop.id} {r.status.upper()}: {r.detail}"]
+        verdict = "proved" if self.proved else "NOT proved"
+        lines.append(f"{self.target}: {verdict} (runs of up to {self.ticks} ticks)")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "proved": self.proved,
+            "ticks": self.ticks,
+            "seconds": round(self.seconds, 3),
+            "properties": [
+                {"id": r.prop.id, "statement": r.prop.statement, "status": r.status,
+                 "run": r.run, "detail": r.detail}
+                for r in self.results
+            ],
+        }  # fmt: skip
+
+
+def _run_text(run: Mapping[str, Any]) -> str:
+    head = " ".join(f"{k}={run[k]}" for k in PARAMS)
+    ticks = "  ".join(
+        f"tick {i + 1}: " + " ".join(f"{k}={x}" for k, x in zip(_OBS, t, strict=True))
+        for i, t in enumerate(run["ticks"])
+    )
+    return f"{head}  {ticks}"
+
+
+def prove_aligned_conforms(
+    factory: AlignedFactory,
+    *,
+    ticks: int = 1,
+    name: str | None = None,
+    max_iterations: int = 600,
+) -> AlignedProofReport:
+    """Prove, refute or report out of reach agreement, D9 and D10 for ``factory``'s gates."""
+    if ticks < 1:
+        raise ValueError(f"ticks must be >= 1, got {ticks}")
+    t0 = time.perf_counter()
+    results = []
+    for pid in ALIGNED_IDS:
+        check = _check(factory, pid, ticks)
+        out = explore(check, max_iterations=max_iterations, classes=ALIGNED_CLASSES)
+        prop = _PROPS[pid]
+        pre, admits = admitted_classes(check, _pre(ticks), ALIGNED_CLASSES)
+        missed = [n for n in ALIGNED_CLASSES if not (admits[n] and n in out.covered)]
+        if out.status == "proved" and (not pre or out.passed == 0 or missed):
+            why = (
+                "the precondition has no model"
+                if not pre
+                else f"no explored path ({out.paths}) got past the precondition and the judge"
+                if out.passed == 0
+                else f"configuration class {', '.join(missed)} reached by no explored path"
+            )
+            results.append(AlignedVerdict(prop, "vacuous", out.seconds, None, why))
+        elif out.status == "proved":
+            results.append(AlignedVerdict(prop, "proved", out.seconds))
+        elif out.status == "refuted" and out.witness is not None:
+            w = out.witness
+            run = {k: w[k] for k in PARAMS}
+            run["ticks"] = [[w[f"{k}{i}"] for k in _OBS] for i in range(ticks)]
+            flags = _flags(factory, w, ticks)
+            if pid in flags:
+                detail = f"replayed on the gate and the spec: {flags[pid]}"
+                results.append(AlignedVerdict(prop, "refuted", out.seconds, run, detail))
+            else:
+                why = f"witness {run} ({out.detail}) did not break {pid} when replayed"
+                results.append(AlignedVerdict(prop, "out of reach", out.seconds, run, why))
+        else:
+            results.append(AlignedVerdict(prop, "out of reach", out.seconds, None, out.detail))
+    target = (
+        name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
+    )
+    return AlignedProofReport(target, ticks, tuple(results), time.perf_counter() - t0)
