@@ -5,8 +5,10 @@ violated property (sampled: evidence); ``--prove`` checks the same properties
 symbolically instead (proved, refuted with a run, out of reach, or vacuous, per property);
 ``densegate conform --policies legacy,original,densegate``
 (the default without a target) prints which property each shipped policy
-violates, as one table, then the runs. Exit status 1 on any violation, 2 on a
-usage error.
+violates, as one table, then the runs. ``--prove --aligned module:factory`` judges an
+aligned (data-parallel) gate, ``factory(AlignedGateConfig, world_size)``, paced mode and
+its cap included (``densegate.proofs.dp_paced_conform``). Exit status 1 on any
+violation, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -99,7 +101,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--passes",
         type=count(1),
         metavar="N",
-        help="with --prove: passes per symbolic run (default 2)",
+        help="with --prove: passes per symbolic run (default 2; with --aligned: ticks, default 1)",
+    )
+    p.add_argument(
+        "--aligned",
+        action="store_true",
+        help="with --prove: the target is an aligned (data-parallel) gate, "
+        "factory(AlignedGateConfig, world_size), judged against the dp spec (agreement, "
+        "decision, reason, cap and counter; D9 and D10, the paced mode's), paced mode on "
+        "and off",
     )
     p.add_argument(
         "--seed",
@@ -109,7 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _load(target: str) -> Callable[..., Any]:
+def _load(target: str, aligned: bool = False) -> Callable[..., Any]:
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"target must look like module:factory, got {target!r}")
@@ -125,17 +135,18 @@ def _load(target: str) -> Callable[..., Any]:
         obj = getattr(obj, part)
     if not callable(obj):
         raise ValueError(f"{target} is not callable")
-    _probe(target, obj)
+    _probe(target, obj, aligned)
     return obj  # type: ignore[no-any-return]
 
 
-def _probe(target: str, factory: Callable[..., Any]) -> None:
+def _probe(target: str, factory: Callable[..., Any], aligned: bool = False) -> None:
     """Refuse a factory that returns None, named as such (the search would only see "the
     same object twice"); one that raises is left to the runs, which report it pass by pass."""
+    from densegate.impl.dp_gate import AlignedGateConfig
     from densegate.impl.gate import GateConfig
 
     try:
-        gate = factory(GateConfig(4, 2))
+        gate = factory(AlignedGateConfig(4, 2), 2) if aligned else factory(GateConfig(4, 2))
     except Exception:
         return
     if gate is None:
@@ -166,6 +177,8 @@ def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
 
     if args.max_examples is not None or args.seed is not None:
         return usage("--max-examples and --seed are for sampling, not --prove")
+    if args.aligned:
+        return _prove_aligned(args, usage)
     passes = DEFAULT_PASSES if args.passes is None else args.passes
     if args.target is None and args.policies is None:
         return usage("--prove needs a target (module:factory) or --policies")
@@ -192,6 +205,21 @@ def _prove(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
     return 0 if all(r.proved for r in reports) else 1
 
 
+def _prove_aligned(args: argparse.Namespace, usage: Callable[[str], int]) -> int:
+    """``--prove --aligned``: an aligned gate's symbolic verdicts (agreement, D9, D10)."""
+    from densegate.proofs.dp_paced_conform import prove_aligned_conforms
+
+    if args.target is None or args.policies is not None:
+        return usage("--aligned needs a target (module:factory) and no --policies")
+    try:
+        factory = _load(args.target, aligned=True)
+    except (ImportError, AttributeError, ValueError) as e:
+        return usage(f"cannot load {args.target}: {e}")
+    report = prove_aligned_conforms(factory, ticks=args.passes or 1, name=args.target)
+    print(json.dumps(report.to_json()) if args.json else report.format())
+    return 0 if report.proved else 1
+
+
 def _policy_names(values: list[str] | None, shipped: list[str]) -> list[str]:
     """``--policies a b`` and ``--policies a,b`` both work; none given, or ``all``, means all."""
     names = [s.strip() for v in values or ["all"] for s in v.split(",") if s.strip()]
@@ -216,6 +244,8 @@ def _main(args: argparse.Namespace) -> int:
         return _prove(args, usage)
     if args.passes is not None:
         return usage("--passes needs --prove")
+    if args.aligned:
+        return usage("--aligned needs --prove (the sampled kit judges single-rank gates)")
     n = DEFAULT_MAX_EXAMPLES if args.max_examples is None else args.max_examples
     kw: dict[str, Any] = {"max_examples": n, "seed": args.seed}
 

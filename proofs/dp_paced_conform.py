@@ -150,11 +150,12 @@ def _drive(factory: AlignedFactory, v: Mapping[str, Any], ticks: int) -> list[tu
     return out
 
 
-def _chosen(cmds: Sequence[Command], get: Callable[[Command], z3.ExprRef]) -> z3.ExprRef:
-    """``get`` of the enabled command (exactly one is: D4)."""
-    out = get(cmds[-1])
+def _chosen(cmds: Sequence[Command], key: str, part: str) -> z3.ExprRef:
+    """Output (``part`` "out") or next state ("next") ``key`` of the enabled command
+    (exactly one is: D4)."""
+    out = getattr(cmds[-1], part)[key]
     for c in reversed(cmds[:-1]):
-        out = z3.If(c.guard, get(c), out)
+        out = z3.If(c.guard, getattr(c, part)[key], out)
     return out
 
 
@@ -170,8 +171,8 @@ def _judge(pid: str, v: Mapping[str, Any], steps: Sequence[tuple[Any, ...]]) -> 
         f, r, c = term(fire), reason(why), term(0 if cap is None else cap)
         if pid == "agreement":
             cmds = DP.commands(p, s, o)
-            want = [_chosen(cmds, lambda x, k=k: x.out[k]) for k in ("fire", "reason", "cap")]
-            s = {k: _chosen(cmds, lambda x, k=k: x.next[k]) for k in s}
+            want = [_chosen(cmds, k, "out") for k in ("fire", "reason", "cap")]
+            s = {k: _chosen(cmds, k, "next") for k in s}
             conds += [f == want[0], r == want[1], c == want[2], term(h2) == s["h"]]
         elif pid == "D9":
             never = [r != reason(n) for n in ("ALIGNED", "STALL", "BUDGET")]

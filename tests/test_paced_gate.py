@@ -5,7 +5,9 @@ examples, and D9-D12's and R2's planted twins replayed on the shipped code.
 here each refuting trace of the paced obligations is replayed: D11's on the shipped
 ``AlignedGate`` (which fires every tick the mutant holds, or caps where it caps lower),
 D12's on the shipped ``capped_prefill`` (which keeps what the spec's cap rule keeps,
-the mutant not), and R2's cap-only twin, which R2's step check refutes on the cap.
+the mutant not), and R2's cap-only twin, which R2's step check refutes on the cap. Last,
+the conformance kit's aligned half (``conform --prove --aligned``) on the shipped gate and
+two broken paced ones.
 """
 
 from __future__ import annotations
@@ -18,11 +20,17 @@ import z3
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from densegate.cli import main as cli
 from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import Decision, Reason
 from densegate.impl.sched.cap import capped_prefill
 from densegate.impl.sched.request import Request
 from densegate.proofs.dp_paced import PACED_MUTANTS, PACED_OBLIGATIONS, first_token_lemma
+from densegate.proofs.dp_paced_conform import (
+    ALIGNED_IDS,
+    AlignedProofReport,
+    prove_aligned_conforms,
+)
 from densegate.proofs.dp_paced_machines import CAP_RULE
 from densegate.proofs.refinement import dp_gate
 from densegate.proofs.refinement.obligations import REFINEMENT_OBLIGATIONS
@@ -195,3 +203,63 @@ def test_r2_refutes_a_gate_wrong_only_in_its_cap() -> None:
         v = {**res.trace.params, **{k: row[k] for k in (*dp_gate.STATE, *dp_gate.OBS)}}
         assert _cap_disagrees(mutant.build, v)
         assert not _cap_disagrees(AlignedGate, v)
+
+
+# -- the aligned (data-parallel) gate, paced mode and its cap: `conform --prove --aligned` --
+
+
+class _UncappedPaced(AlignedGate):
+    """Paced mode fires PACED, but without its cap."""
+
+    __slots__ = ()
+
+    def decide(self, reduced: ReducedObservation, tick: int) -> Decision:
+        d = super().decide(reduced, tick)
+        return dataclasses.replace(d, cap=None) if d.reason is Reason.PACED else d
+
+
+def _ignores_pace(config: AlignedGateConfig, world: int) -> AlignedGate:
+    """Paced mode off whatever the config says: it holds where paced mode fires."""
+    return AlignedGate(dataclasses.replace(config, pace_tokens=None), world)
+
+
+_ALIGNED_REPORTS: dict[object, AlignedProofReport] = {}
+
+
+def _aligned_report(factory: Any) -> AlignedProofReport:
+    if factory not in _ALIGNED_REPORTS:
+        _ALIGNED_REPORTS[factory] = prove_aligned_conforms(factory, max_iterations=2000)
+    return _ALIGNED_REPORTS[factory]
+
+
+@pytest.mark.parametrize(
+    ("factory", "refuted"),
+    [
+        (AlignedGate, set()),
+        (_UncappedPaced, {"agreement", "D10"}),
+        (_ignores_pace, {"agreement", "D9"}),
+    ],
+    ids=["shipped", "uncapped", "ignores_pace"],
+)
+def test_aligned_kit_judges_the_paced_mode_and_its_cap(factory: Any, refuted: set[str]) -> None:
+    report = _aligned_report(factory)
+    got = {r.prop.id: r.status for r in report.results}
+    assert got == {pid: "refuted" if pid in refuted else "proved" for pid in ALIGNED_IDS}, got
+    for pid in refuted:
+        run = report[pid].run
+        assert run is not None and run["pc"] is True, run  # found in paced mode
+        assert "replayed on the gate and the spec" in report[pid].detail
+    assert report.proved == (not refuted)
+    assert f"{'proved' if not refuted else 'NOT proved'} (runs of up to 1 ticks)" in report.format()
+
+
+def test_aligned_kit_refutation_shows_the_missing_cap() -> None:
+    r = _aligned_report(_UncappedPaced)["D10"]
+    assert "FIRE PACED cap=None" in r.detail and "pace_tokens=" in r.detail, r.detail
+
+
+def test_cli_aligned_needs_prove_and_a_target(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["conform", "--aligned", "densegate.impl.dp_gate:AlignedGate"]) == 2
+    assert "--aligned needs --prove" in capsys.readouterr().err
+    assert cli.main(["conform", "--prove", "--aligned"]) == 2
+    assert cli.main(["conform", "--prove", "--aligned", "--policies", "densegate"]) == 2
