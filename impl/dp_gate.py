@@ -278,6 +278,7 @@ class AlignedGate:
         "_h",
         "_kv_valve",
         "_last_fill",
+        "_decisions",
         "_paced",
         "_stall",
         "_world",
@@ -297,7 +298,9 @@ class AlignedGate:
         self._kv_valve = config.kv_pressure_valve
         self._align = -1 if config.align_ticks is None else config.align_ticks
         pace = config.pace_tokens
-        self._paced = None if pace is None else Decision(True, Reason.PACED, pace)
+        self._paced = pace is not None
+        self._decisions = dict(_DECISIONS)  # PACED carries the cap
+        self._decisions[Reason.PACED] = Decision(True, Reason.PACED, pace)
         self._h = 0
         self._last_fill = 0
         self._grew_at = 0
@@ -368,9 +371,8 @@ class AlignedGate:
             reason = Reason.KV_PRESSURE
         elif waiting_ranks == self._world and fill >= self._fill_target:
             reason = Reason.DENSE
-        elif self._paced is not None:
-            self._h = 0
-            return self._paced
+        elif self._paced:
+            reason = Reason.PACED
         elif self._aligned(waiting_ranks):
             reason = Reason.ALIGNED
         elif self._stall > 0 and tick - self._grew_at >= self._stall:
@@ -381,7 +383,7 @@ class AlignedGate:
             self._h += 1
             return _DECISIONS[Reason.HOLD]
         self._h = 0
-        return _DECISIONS[reason]
+        return self._decisions[reason]
 
     def _aligned(self, waiting_ranks: int) -> bool:
         """ALIGNED's test: the release is on, the episode has been held ``align_ticks``

@@ -244,9 +244,8 @@ def _m(name: str, description: str, old: str, new: str, where: str = "_rules") -
 _DENSE = """    elif waiting_ranks == self._world and fill >= self._fill_target:
         reason = Reason.DENSE
 """
-_PACED = """    elif self._paced is not None:
-        self._h = 0
-        return self._paced
+_PACED = """    elif self._paced:
+        reason = Reason.PACED
 """
 _DENSE_THEN_PACED, _PACED_THEN_DENSE = _DENSE + _PACED, _PACED + _DENSE
 
@@ -293,7 +292,7 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
         "paced_skips_kv_valve",
         "paced mode passes over the KV valve: a pressured tick fires DENSE or PACED",
         "self._kv_valve and pressured > 0",
-        "self._kv_valve and pressured > 0 and self._paced is None",
+        "self._kv_valve and pressured > 0 and not self._paced",
     ),
     _m(
         "fresh_gate_holding",
