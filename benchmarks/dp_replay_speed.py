@@ -1,46 +1,77 @@
 #!/usr/bin/env python3
-"""The modeled data-parallel replay's speed: the greenlet driver against the threads one.
+"""The modeled data-parallel replay's speed: this tree against a baseline commit's, in one run.
 
 ``densegate bench --dp N --cost P --policies ...`` replays every workload through
 N real rank loops over an in-process collective (``densegate.lab.bench.dp_runs``).
-This runs that replay (``run_dp_policies``, as the bench calls it) on both drivers
-in the same run, in alternation:
+This measures that replay (``run_dp_policies``, as the bench calls it) on the
+baseline commit (default 458a4e7, the tree before the replay was made fast) and on
+this tree, in the same run, alternating:
 
-- ``threads``, the older driver: a thread per rank over a ``threading.Barrier``,
-  every rank drawing every request's prompt;
-- ``greenlet``: every rank a greenlet of one thread, one sum per tick, one draw of
-  the prompts for all ranks.
+- the baseline's tree is exported (``git archive``) to a temporary folder and
+  imported as ``densegate`` from there (a folder of symlinks maps its top-level
+  folders, as its ``pyproject.toml`` does), in a subprocess that sees nothing of
+  this tree's install;
+- each measurement is a fresh subprocess (baseline and this tree taking turns), so
+  neither warms the other's caches; the replay alone is timed, not the imports.
 
-Both skip building the per-tick stream records nobody keeps (the in-process
-collective says ``keeps_stream = False``), so the ratio understates the gain over
-the replay before that change. Each row prints policy decisions per second (one
-per rank per tick, every policy's phase) and group ticks per second, medians over
-the repeats, and the ratio of the greenlet driver to the threads one; the replay's
-outputs (every decision, assignment and modeled figure) must be identical on both,
-and the script says so or exits 1. Run from the repository root:
+Rows: ``ticks``, the same trace on both trees on the tick clock (the baseline
+bench's only clock); and ``seconds``, this tree's bench default (arrivals in
+modeled seconds at ``--load``, the profile's default gate), which does more work
+per tick (it prices every pass) than the baseline's replay did. Each prints policy
+decisions per second (one per rank per tick, every policy's phase) and group ticks
+per second, medians over the repeats, and the ratio of decisions per second to the
+baseline's (the two trees' peers differ, so their decision counts do too: the
+rate is the comparable figure). CPU seconds of the subprocess are the clock
+(``--clock wall`` for wall seconds); on a machine busy with other work wall time
+is noisier. Every repeat of a row must decide and model exactly the same on this
+tree, and the script says so or exits 1. Run from the repository root:
 ``python benchmarks/dp_replay_speed.py`` (``--quick`` for a smoke run).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from densegate.lab.bench import WORKLOADS, bench_config
-from densegate.lab.bench.dp_policies import run_dp_policies
-from densegate.lab.bench.dp_runs import DRIVERS, dp_trace, using_driver
-from densegate.lab.cost.profile import Profile
-
+BASELINE = "458a4e7"
+"""The commit before the replay was made fast (issue 31, item 5)."""
+POLICIES = "densegate,gate-off,vllm-cadence,sglang-delayer,atom-coalescer,trtllm-adp"
+"""Policy names both trees know (this tree's ``vllm-cadence`` is ``vllm-cadence-2``)."""
+_FOLDERS = ("spec", "impl", "proofs", "lab", "cli", "integrations")
 _MEASURED = ("wall_s", "collective_ms_per_tick")  # a report's clock readings
+_ROOT = Path(__file__).resolve().parent.parent
 
 
-def outcome(runs: dict[str, dict[str, Any]]) -> str:
-    """Everything the replay decided and modeled, without its clock readings, as JSON."""
+def export(commit: str, into: Path) -> Path:
+    """``commit``'s tree under ``into``, and a folder whose ``densegate`` maps it as the
+    package does (``pyproject.toml``'s package-dir); returns the folder for ``sys.path``."""
+    tree = into / "tree"
+    tree.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(_ROOT), "archive", commit], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    pkg = into / "path" / "densegate"
+    pkg.mkdir(parents=True)
+    for name in _FOLDERS:
+        if (tree / name).is_dir():
+            (pkg / name).symlink_to(tree / name)
+    (pkg / "testing").symlink_to(tree / "proofs" / "testing")
+    return into / "path"
+
+
+# -- the worker: one measurement in a subprocess -------------------------------------------
+def _outcome(runs: dict[str, dict[str, Any]]) -> str:
+    """A digest of everything the replay decided and modeled, clock readings left out."""
     out = {}
     for name, r in runs.items():
         reps = []
@@ -52,72 +83,111 @@ def outcome(runs: dict[str, dict[str, Any]]) -> str:
             d["timing"] = {k: d["timing"][k] for k in ("output_tokens", "work", "requests")}
             reps.append(d)
         out[name] = {"modeled": r["modeled"], "reports": reps}
-    return json.dumps(out, sort_keys=True, default=str)
+    return hashlib.sha256(json.dumps(out, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def counts(runs: dict[str, dict[str, Any]]) -> tuple[int, int]:
-    """Policy decisions (every rank's, every policy's) and group ticks of one replay."""
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    """Import ``densegate`` (from ``args.tree`` if given), replay once, say what it took."""
+    if args.tree:  # the export, and nothing of this tree's install
+        sys.path[:] = [args.tree] + [p for p in sys.path if "__editable__" not in p]
+    from densegate.lab.bench import WORKLOADS, bench_config
+    from densegate.lab.bench.dp_policies import run_dp_policies
+    from densegate.lab.bench.dp_runs import dp_trace
+    from densegate.lab.cost.profile import Profile
+
+    workload, dp, requests = WORKLOADS[args.workload], args.dp, args.requests
+    model = Profile.load(args.cost).model
+    engine = bench_config()
+    policies = args.policies.split(",")
+    kw: dict[str, Any] = {}
+    if args.replay == "ticks":
+        trace = dp_trace(workload, 0, dp, requests)
+    else:  # as densegate.lab.bench.dp_side.side_by_side builds it for one load
+        from densegate.lab.bench.dp_seconds import (
+            arrival_rate,
+            capacity_tokens_per_s,
+            seconds_trace,
+        )
+        from densegate.lab.bench.dp_side import default_gate
+
+        probe = seconds_trace(workload, 0, dp, requests, 1.0)
+        cap = capacity_tokens_per_s(probe, engine, dp, model, 0)
+        trace = seconds_trace(workload, 0, dp, requests, arrival_rate(probe, args.load, cap))
+        kw = {"clock": "seconds", "pace_tokens": default_gate(model, engine).pace_tokens}
+    c0, w0 = time.process_time(), time.perf_counter()
+    runs = run_dp_policies(trace, engine, dp, model, policies, 0, **kw)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     decisions = sum(
         len(rep.decisions) + len(rep.local_decisions) for r in runs.values() for rep in r["reports"]
     )
     ticks = sum(max(rep.ticks for rep in r["reports"]) for r in runs.values())
-    return decisions, ticks
+    return {"cpu_s": cpu, "wall_s": wall, "decisions": decisions, "ticks": ticks,
+            "requests": len(trace), "outcome": _outcome(runs)}  # fmt: skip
 
 
-def measure(
-    workload: str, dp: int, requests: int, policies: Sequence[str], model: Any, repeats: int
-) -> dict[str, Any]:
-    trace = dp_trace(WORKLOADS[workload], 0, dp, requests)
-    engine = bench_config()
-    seconds: dict[str, list[float]] = {d: [] for d in DRIVERS}
-    seen: dict[str, set[str]] = {d: set() for d in DRIVERS}
-    work = (0, 0)
-    for i in range(repeats):
-        for driver in DRIVERS if i % 2 == 0 else DRIVERS[::-1]:
-            with using_driver(driver):
-                t0 = time.perf_counter()
-                runs = run_dp_policies(trace, engine, dp, model, policies)
-                seconds[driver].append(time.perf_counter() - t0)
-            seen[driver].add(outcome(runs))
-            work = counts(runs)
-    same = len(seen["greenlet"] | seen["threads"]) == 1
-    return {"workload": workload, "requests": len(trace), "work": work,
-            "seconds": seconds, "identical": same}  # fmt: skip
+# -- the driver -----------------------------------------------------------------------------
+def _measure(args: argparse.Namespace, tree: str, workload: str, replay: str) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--worker", "--tree", tree, "--workload", workload,
+           "--replay", replay, "--dp", str(args.dp), "--requests", str(args.requests),
+           "--policies", args.policies, "--cost", args.cost, "--load", str(args.load)]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH="")  # the worker chooses its densegate itself
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    got: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return got
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--baseline", default=BASELINE, help="the commit to compare against")
     ap.add_argument("--dp", type=int, default=8)
-    ap.add_argument("--workloads", default="steady,chat")
-    ap.add_argument("--policies", default="densegate,gate-off,sglang-delayer")
+    ap.add_argument("--workloads", default="chat,long-prompt")
+    ap.add_argument("--policies", default=POLICIES)
     ap.add_argument("--requests", type=int, default=30, help="per rank, as bench --requests")
     ap.add_argument("--cost", default="roofline:H100-SXM")
-    ap.add_argument("--repeats", type=int, default=3, help="runs per driver (median)")
+    ap.add_argument("--load", type=float, default=0.9, help="the seconds row's --load")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per tree and row (median)")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measure")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--tree", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--workload", default="chat", help=argparse.SUPPRESS)
+    ap.add_argument("--replay", default="ticks", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    dp, requests, repeats = (2, 4, 1) if args.quick else (args.dp, args.requests, args.repeats)
-    policies = args.policies.split(",")
-    model = Profile.load(args.cost).model
-    print(f"modeled DP replay, dp={dp}, policies {', '.join(policies)}, {args.cost}; "
-          f"medians of {repeats} run(s) per driver, drivers alternating")  # fmt: skip
-    head = f"{'workload':>10} {'requests':>8} {'decisions':>9} {'ticks':>6}"
-    for d in DRIVERS:
-        head += f" | {d + ' s':>11} {'decisions/s':>11} {'ticks/s':>8}"
-    print(head + " | greenlet / threads")
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+    if args.quick:
+        args.dp, args.requests, args.repeats = 2, 4, 1
+    key = f"{args.clock}_s"
+    print(f"modeled DP replay, dp={args.dp}, {args.requests} requests per rank, policies "
+          f"{args.policies}, {args.cost}; medians of {args.repeats} run(s) per tree, "
+          f"{args.clock} seconds, trees alternating; baseline {args.baseline}")  # fmt: skip
+    head = f"{'workload':>11} {'replay':>7} {'tree':>8} {'decisions':>9} {'ticks':>6} "
+    print(head + f"{'s':>7} {'decisions/s':>11} {'ticks/s':>8} | to baseline")
     ok = True
-    for w in args.workloads.split(","):
-        m = measure(w, dp, requests, policies, model, repeats)
-        decisions, ticks = m["work"]
-        row = f"{w:>10} {m['requests']:>8} {decisions:>9} {ticks:>6}"
-        med = {d: statistics.median(m["seconds"][d]) for d in DRIVERS}
-        for d in DRIVERS:
-            row += f" | {med[d]:>11.3f} {decisions / med[d]:>11.0f} {ticks / med[d]:>8.0f}"
-        ratio = med["threads"] / med["greenlet"]
-        fastest = min(m["seconds"]["threads"]) / min(m["seconds"]["greenlet"])
-        print(row + f" | {ratio:.2f}x (min: {fastest:.2f}x)"
-              + ("" if m["identical"] else "  OUTPUTS DIFFER"))  # fmt: skip
-        ok = ok and m["identical"]
-    print("outputs identical on both drivers" if ok else "the drivers' outputs DIFFER")
+    with tempfile.TemporaryDirectory(prefix="dp_replay_speed.") as tmp:
+        base = str(export(args.baseline, Path(tmp)))
+        for w in args.workloads.split(","):
+            runs: dict[str, list[dict[str, Any]]] = {"base": [], "ticks": [], "seconds": []}
+            for i in range(args.repeats):
+                order = ["base", "ticks", "seconds"]
+                for which in order if i % 2 == 0 else order[::-1]:
+                    tree, replay = (base, "ticks") if which == "base" else ("", which)
+                    runs[which].append(_measure(args, tree, w, replay))
+            rate = {}
+            for which, label in (("base", args.baseline), ("ticks", "this"), ("seconds", "this")):
+                got = runs[which]
+                s = statistics.median(g[key] for g in got)
+                decisions, ticks = got[0]["decisions"], got[0]["ticks"]
+                rate[which] = decisions / s
+                same = len({g["outcome"] for g in got}) == 1
+                ok = ok and (same or which == "base")
+                ratio = "" if which == "base" else f"{rate[which] / rate['base']:.2f}x"
+                replay = "ticks" if which == "base" else which
+                print(f"{w:>11} {replay:>7} {label:>8} {decisions:>9} {ticks:>6} {s:>7.3f} "
+                      f"{rate[which]:>11.0f} {ticks / s:>8.0f} | {ratio}"
+                      + ("" if same else "  REPEATS DIFFER"))  # fmt: skip
+    print("every repeat identical" if ok else "repeats of this tree DIFFER")
     return 0 if ok else 1
 
 

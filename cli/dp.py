@@ -52,6 +52,7 @@ from densegate.impl.dp.hooks import RankHooks, chain
 from densegate.impl.dp.launch import launch, rank_main
 from densegate.impl.dp.report import RankReport
 from densegate.impl.dp.summary import by_phase, merge_reports
+from densegate.impl.settings import flagged
 from densegate.impl.traces.workload import TraceRequest
 from densegate.lab.dp.inject import Fault, FaultHooks, check_faults
 from densegate.lab.dp.phases import bench_phases
@@ -92,6 +93,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         baselines=not getattr(args, "no_baselines", False),
         timed_rounds=getattr(args, "timed_rounds", 0),
     )
+    flags: dict[str, Any] = {s.name: getattr(args, s.name, None) for s in flagged()}
     return DPConfig(
         engine,
         router=getattr(args, "router", "round-robin"),
@@ -100,7 +102,7 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         target_fill=getattr(args, "target_fill", 1.0),
         stall_ticks=getattr(args, "stall_ticks", 0),
         kv_pressure_valve=getattr(args, "kv_valve", False),
-        align_ticks=getattr(args, "align_ticks", None),
+        **flags,
         seed=args.seed,
         phases=phases,
     )

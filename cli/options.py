@@ -17,12 +17,14 @@ from typing import Any
 
 from densegate.cli.flag_types import count, device, output_file, positive_float
 from densegate.impl.sched.config import REFERENCE_CONFIG
+from densegate.impl.settings import flagged
 
 __all__ = [
     "MAX_REQUESTS",
     "add_alias",
     "add_arguments",
     "add_quiet",
+    "add_setting_flags",
     "add_threads",
     "engine_config",
     "threads",
@@ -159,15 +161,7 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
         f"{LOCAL_RANKS_PER_CPU} per CPU, {max_local_ranks()} here: more only wait for a core; "
         "under torchrun use python -m densegate.cli.dp)",
     )
-    dp.add_argument(
-        "--align-ticks",
-        type=count(0),
-        default=None,
-        metavar="A",
-        help="the aligned gate's ALIGNED release: fire once every rank has waiting work and "
-        "the episode has been held A ticks (0: at once; default off; proved as D8). "
-        "`densegate tune --dp` proposes a value per workload",
-    )
+    add_setting_flags(dp)
     dp.add_argument(
         "--router",
         choices=["round-robin", "least-loaded"],
@@ -202,6 +196,22 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
         help="how long ranks may take to meet at start-up and to build each phase's engine "
         "(a model load): only a rank slower than this there is taken for gone (default 300)",
     )
+
+
+def add_setting_flags(p: Any) -> None:
+    """The flags made from the gate settings declared with one (``--align-ticks``,
+    ``--pace-tokens``, ...: ``densegate.impl.settings.flagged``), each with its range and
+    meaning from the declaration; absent, the setting's rule is off."""
+    for s in flagged():
+        p.add_argument(
+            s.flag,
+            dest=s.name,
+            type=count(0 if s.low is None else s.low),
+            default=None,
+            metavar=s.metavar,
+            help=f"the aligned gate's {s.rule.removeprefix('the ')}: {s.help}; {s.metavar} is "
+            f"{s.requirement(spelled='absent')}. `densegate tune --dp` proposes one per workload",
+        )
 
 
 LOCAL_RANKS_PER_CPU = 8

@@ -16,6 +16,7 @@ from typing import Any
 
 from densegate.cli import options
 from densegate.cli.options import engine_config
+from densegate.impl.settings import flagged
 
 HELP = "run a seeded synthetic workload or a trace through the engine and summarize it"
 
@@ -75,7 +76,7 @@ def conflict(args: argparse.Namespace) -> str | None:
         return None
     if args.dp == 1:
         dp_only = [flag for dest, flag in _DP_ONLY.items() if _given(args, dest)]
-        dp_only += ["--align-ticks"] * (getattr(args, "align_ticks", None) is not None)
+        dp_only += [s.flag for s in flagged() if getattr(args, s.name, None) is not None]
         if dp_only:
             return f"{dp_only[0]} is for a data-parallel run: give --dp N (N > 1) or drop it"
     if args.trace and _given(args, "rate"):

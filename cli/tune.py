@@ -17,6 +17,7 @@ from typing import Any
 from densegate.cli.bench_names import WORKLOAD_NAMES
 from densegate.cli.flag_types import count, positive_float
 from densegate.cli.options import MAX_REQUESTS, add_alias, add_quiet
+from densegate.impl.settings import flagged, setting
 
 HELP = "propose dense_tokens (B) and max_hold_passes (K) for a workload and a TTFT target"
 
@@ -93,28 +94,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--align-ticks per workload against the four DP peers; --requests is per rank "
         f"(default {DP_REQUESTS})",
     )
-    p.add_argument(
-        "--align-ticks",
-        dest="align_ticks",
-        nargs="+",
-        metavar="A",
-        help="with --dp: align_ticks candidates, 'off' or an int >= 0 (default off 0 2)",
-    )
-    p.add_argument(
-        "--pace-tokens",
-        dest="pace_tokens",
-        nargs="+",
-        metavar="C",
-        help="with --dp: pace_tokens candidates (the paced release's per-rank cap), 'off' or "
-        "an int >= 1 (default: off and the profile's ridge)",
-    )
+    for s in flagged():  # the gate settings with a flag: their candidates, each its range
+        p.add_argument(
+            s.flag,
+            dest=s.name,
+            nargs="+",
+            metavar=s.metavar,
+            help=f"with --dp: {s.name} candidates ({s.rule}), 'off' or "
+            f"an int >= {s.low} (default {CANDIDATES.get(s.name, 'off')})",
+        )
     p.add_argument(
         "--load",
         type=positive_float,
         default=None,
         metavar="L",
-        help="with --dp: arrivals at L times the modeled capacity (as `bench --load`; "
-        "default: each workload as defined)",
+        help="with --dp: arrivals at L times the modeled capacity, on the seconds clock (as "
+        "`bench --load`; default 0.6)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_quiet(p)
@@ -124,11 +119,15 @@ DP_REQUESTS = 30
 """Requests per rank for ``--dp`` by default: what the load table of docs/BENCHMARKS.md uses."""
 
 
-def _aligns(
-    values: list[str] | None, flag: str = "--align-ticks", low: int = 0
-) -> list[int | None] | None:
+CANDIDATES = {"align_ticks": "off 0 2", "pace_tokens": "off and the profile's ridge"}
+"""The candidates ``tune --dp`` tries for a setting not given (``densegate.lab.bench.dp_tune``)."""
+
+
+def _candidates(values: list[str] | None, name: str) -> list[int | None] | None:
+    """A flagged setting's candidates: 'off' (None) or an int in its declared range."""
     if values is None:
         return None
+    flag, low = setting(name).flag, setting(name).low or 0
     out: list[int | None] = []
     for v in (x for raw in values for x in raw.split(",") if x):
         if v == "off":
@@ -142,15 +141,19 @@ def _aligns(
     return out
 
 
+def _aligns(values: list[str] | None) -> list[int | None] | None:
+    return _candidates(values, "align_ticks")
+
+
 def _paces(values: list[str] | None) -> list[int | None] | None:
-    return _aligns(values, "--pace-tokens", 1)
+    return _candidates(values, "pace_tokens")
 
 
 def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: list[int]) -> int:
     """``tune --dp N``: per workload, the (K, align_ticks) proposal against the peers."""
     from densegate.lab.bench import WORKLOADS, bench_config
-    from densegate.lab.bench.dp_load import at_load, capacity_per_tick
-    from densegate.lab.bench.dp_runs import dp_trace
+    from densegate.lab.bench.dp_seconds import arrival_rate, capacity_tokens_per_s, seconds_trace
+    from densegate.lab.bench.dp_side import DEFAULT_LOAD
     from densegate.lab.bench.dp_tune import DEFAULT_ALIGNS, format_dp_tuning, tune_dp
     from densegate.lab.cost.ridge import regime
 
@@ -159,21 +162,22 @@ def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: li
     ridge = regime(profile.model, base.max_num_seqs, budget=base.dense).pace_tokens
     paces = _paces(args.pace_tokens) or [None, ridge]
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    load = DEFAULT_LOAD if args.load is None else args.load
     out = {}
     for name in names:
-        trace = dp_trace(WORKLOADS[name], args.seed, args.dp, args.requests or DP_REQUESTS)
-        if args.load is not None:
-            cap = capacity_per_tick(trace, base, args.dp, profile.model, args.seed)
-            trace = at_load(trace, args.load, cap)
+        w, n = WORKLOADS[name], args.requests or DP_REQUESTS
+        probe = seconds_trace(w, args.seed, args.dp, n, 1.0)
+        cap = capacity_tokens_per_s(probe, base, args.dp, profile.model, args.seed)
+        trace = seconds_trace(w, args.seed, args.dp, n, arrival_rate(probe, load, cap))
         out[name] = tune_dp(trace, base, args.dp, profile.model, holds, aligns, args.seed,
-                            progress, paces)  # fmt: skip
+                            progress, paces, clock="seconds")  # fmt: skip
     if args.json:
-        print(json.dumps({"profile": profile.describe(), "dp": args.dp, "load": args.load,
-                          "results": out}))  # fmt: skip
+        print(json.dumps({"profile": profile.describe(), "dp": args.dp, "load": load,
+                          "clock": "seconds", "results": out}))  # fmt: skip
         return 0
-    load = "each workload as defined" if args.load is None else f"{args.load:g}x capacity"
+    load_words = f"{load:g}x capacity (seconds clock)"
     lines = [
-        f"aligned gate at dp={args.dp}, load {load} (modeled; proposed: the highest tokens/s "
+        f"aligned gate at dp={args.dp}, load {load_words} (modeled; proposed: the highest tokens/s "
         "among the candidates whose TTFT p99 is at most the best peer's)"
     ]
     lines += [f"  {x}" for x in profile.describe()]
@@ -301,17 +305,16 @@ def main(args: argparse.Namespace) -> int:
         dense, holds = default_grid(base.max_num_batched_tokens, base.max_num_seqs)
         dense = _ints(args.dense_tokens, "--dense-tokens") or ([] if args.dense_tokens else dense)
         holds = _ints(args.max_hold, "--max-hold-passes") or ([] if args.max_hold else holds)
-        dp_only = [f for f, v in (("--align-ticks", args.align_ticks), ("--load", args.load),
-                                  ("--pace-tokens", args.pace_tokens))
-                   if v is not None]  # fmt: skip
+        dp_only = [s.flag for s in flagged() if getattr(args, s.name) is not None]
+        dp_only += ["--load"] * (args.load is not None)
         if args.dp is None and dp_only:
             return fail(f"{dp_only[0]} is for --dp N")
         if args.dp is not None:
             if args.dense_tokens or args.ttft_ms is not None or args.ttft_passes is not None:
                 return fail("--dp tunes K and --align-ticks against the peers' TTFT: not with "
                             "--dense-tokens, --ttft-ms or --ttft-passes")  # fmt: skip
-            _aligns(args.align_ticks)  # a bad value fails here, before any run
-            _paces(args.pace_tokens)
+            for s in flagged():  # a bad value fails here, before any run
+                _candidates(getattr(args, s.name), s.name)
             return _dp_main(args, profile, names, holds)
         candidates = grid(dense, holds, base.max_num_batched_tokens)
         target = None

@@ -49,6 +49,7 @@ from fractions import Fraction
 from typing import NamedTuple, SupportsIndex
 
 from densegate.impl.gate import Decision, Reason
+from densegate.impl.settings import validate
 from densegate.impl.validation import check_bool, check_int, exact_fraction, index_int
 
 __all__ = [
@@ -232,17 +233,7 @@ class AlignedGateConfig:
     pace_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        owner = "AlignedGateConfig"
-        check_int(owner, "dense_tokens", self.dense_tokens, 1)
-        check_int(owner, "max_hold_passes", self.max_hold_passes, 1)
-        check_bool(owner, "enabled", self.enabled)
-        exact_fraction(owner, "target_fill", self.target_fill)
-        check_int(owner, "stall_ticks", self.stall_ticks, 0)
-        check_bool(owner, "kv_pressure_valve", self.kv_pressure_valve)
-        if self.align_ticks is not None:
-            check_int(owner, "align_ticks", self.align_ticks, 0)
-        if self.pace_tokens is not None:
-            check_int(owner, "pace_tokens", self.pace_tokens, 1)
+        validate("AlignedGateConfig", self)  # each field's range: densegate.impl.settings
 
     @property
     def fill_tokens(self) -> int:
@@ -271,6 +262,7 @@ class AlignedGate:
         "_align",
         "_budget",
         "_config",
+        "_decisions",
         "_dense",
         "_enabled",
         "_fill_target",
@@ -278,7 +270,6 @@ class AlignedGate:
         "_h",
         "_kv_valve",
         "_last_fill",
-        "_decisions",
         "_paced",
         "_stall",
         "_world",

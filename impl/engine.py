@@ -145,6 +145,7 @@ class Engine:
         self._deferred: list[Request] = []  # aborted while _open runs them
         self._held: list[RequestOutput] = []  # others' outputs seen inside generate()
         self._strikes = Strikes(self.config.runner_retries)
+        self.report_outputs = True  # False: execute() reports none of the requests its pass ran
         self.scheduler_seconds = 0.0
         self.runner_seconds = 0.0
 
@@ -301,11 +302,10 @@ class Engine:
         self._strikes.succeeded(batch)
         got = self.scheduler.update(batch, tokens, t2)
         aborted = self._apply_deferred()
-        for r in got:
-            if r.status is RequestStatus.FINISHED:
-                self._live -= 1
-            outputs.append(self._output(r, [r.output_token_ids[-1]]))
-        outputs += [self._output(r, []) for r in aborted if not any(g is r for g in got)]
+        self._live -= sum(r.status is RequestStatus.FINISHED for r in got)
+        if self.report_outputs:
+            outputs += [self._output(r, [r.output_token_ids[-1]]) for r in got]
+            outputs += [self._output(r, []) for r in aborted if not any(g is r for g in got)]
         t3 = time.perf_counter()
         self.scheduler_seconds += (t1 - t0) + (t3 - t2)
         self.runner_seconds += t2 - t1

@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
+from densegate.impl.settings import table as settings_table
+
 __all__ = ["GENERATORS", "SECONDS", "Generator", "GeneratorError", "cli_output", "parse_tables"]
 
 
@@ -391,6 +393,8 @@ GENERATORS: dict[str, Generator] = {
                   lambda a: ["proofs/registry.py"], _proofs),
         Generator("proof-levels", "the proof registry's levels",
                   lambda a: ["proofs/registry.py"], _proof_levels),
+        Generator("settings", "the gate settings declared in impl/settings.py",
+                  lambda a: ["impl/settings.py"], lambda a: _md(*settings_table(a))),
     )
 }  # fmt: skip
 """Every block kind a doc may carry, by name."""

@@ -36,6 +36,7 @@ LAYER: dict[str, int] = {
     "validation": 0,
     "extras": 0,
     "figures": 0,
+    "settings": 0,
     "gate": 1,
     "sched": 2,
     "dp_gate": 2,

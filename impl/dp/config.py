@@ -8,10 +8,12 @@ import random
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from densegate.impl.dp.router import ROUTERS
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.engine import EngineConfig
+from densegate.impl.settings import DP, carried
 from densegate.impl.traces.workload import TraceRequest
 from densegate.impl.validation import (
     check_choice,
@@ -126,16 +128,10 @@ class DPConfig:
         )
 
     def gate_config(self, engine: EngineConfig) -> AlignedGateConfig:
-        return AlignedGateConfig(
-            engine.dense,
-            engine.max_hold_passes,
-            engine.gate_enabled,
-            self.target_fill,
-            self.stall_ticks,
-            self.kv_pressure_valve,
-            self.align_ticks,
-            self.pace_tokens,
-        )
+        """The aligned gate's config: B, K and on/off from ``engine``, every setting
+        ``DPConfig`` carries (``densegate.impl.settings``) from here."""
+        gate: dict[str, Any] = {s.name: getattr(self, s.name) for s in carried(DP)}
+        return AlignedGateConfig(engine.dense, engine.max_hold_passes, engine.gate_enabled, **gate)
 
 
 def check_trace(trace: Sequence[TraceRequest], config: DPConfig, label: str = "trace") -> None:

@@ -54,6 +54,7 @@ from densegate.impl.dp.readmission import StreamView, hand_over, stream_record
 from densegate.impl.dp.recovery import GroupState
 from densegate.impl.dp.report import FIGURES, AlignmentStats, RankReport
 from densegate.impl.dp.router import Router, fallback_route
+from densegate.impl.dp.slots import IDLE, Prev, RuntimeGate, prev_slots
 from densegate.impl.dp_gate import (
     ANY_WORK,
     LOADS,
@@ -61,14 +62,9 @@ from densegate.impl.dp_gate import (
     PREV_PREFILL,
     PREV_REASONS,
     RANKS,
-    REASONS,
-    VECTOR_SIZE,
-    AlignedGate,
-    RankObservation,
-    ReducedObservation,
 )
 from densegate.impl.engine import Engine
-from densegate.impl.gate import Decision, PrefillGate, Reason
+from densegate.impl.gate import Decision, PrefillGate
 from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import RequestStatus
 from densegate.impl.traces.replay import PassStats, summarize
@@ -77,8 +73,6 @@ from densegate.impl.traces.workload import TraceRequest
 __all__ = ["run_rank"]
 
 log = logging.getLogger("densegate.dp")
-
-_Prev = tuple[bool, bool, Reason | None]
 
 
 class _RankLoop:
@@ -107,12 +101,14 @@ class _RankLoop:
         self.prompts = prompts
         self.config = config
         self.collective = collective
+        self.keep = getattr(collective, "keeps_stream", True)  # False: nobody reads records
         self.engine = Engine(phase.engine)
+        self.engine.report_outputs = self.keep  # they only feed the stream records
         self.hooks = hooks.phase(rank, phase_index, phase, self.engine)
         self.clock = None if clocks is None else clocks.phase(rank, phase_index, phase, self.engine)
         self.sched = self.engine.scheduler
         self.gate_config = config.gate_config(phase.engine)
-        self.gate = AlignedGate(self.gate_config, world)
+        self.gate = RuntimeGate(self.gate_config, world)
         self.local_gate = PrefillGate(phase.engine.gate_config())
         self.router = Router(config.router, world)
         self.least_loaded = config.router == "least-loaded"
@@ -155,36 +151,26 @@ class _RankLoop:
             bring_forward = False
 
     # -- one pass -----------------------------------------------------------------------
-    def _vector(self, plan: PassPlan, prev: _Prev) -> list[int]:
+    def _vector(self, plan: PassPlan, prev: Prev) -> list[int]:
         sched = self.sched
-        used = sched.config.num_blocks - sched.blocks.num_free
-        obs = RankObservation(
-            plan.waiting_tokens, plan.decode_seqs, used >= self.kv_high, bool(plan.partials)
-        )
-        vec = self.gate.contribution(obs)
-        prefilled, decode_only, reason = prev
-        vec += [int(sched.has_work()), int(prefilled), int(decode_only)]
-        vec += [int(prefilled and reason is r) for r in REASONS]
         loads = [0] * len(self.members)
         if self.least_loaded:  # tokens still to compute; O(running), not O(queue)
             loads[self.members.index(self.rank)] = sched.queued_tokens + sum(
                 r.num_tokens - r.num_computed for r in sched.running
             )
-        return vec + loads
+        return self.gate.vector(plan, sched, self.kv_high, prev, loads)
 
-    def _execute(self, plan: PassPlan, decision: Decision, tick: int) -> _Prev:
+    def _execute(self, plan: PassPlan, decision: Decision, tick: int) -> Prev:
         outputs = self.engine.execute(plan, decision)
-        keep = getattr(self.collective, "keeps_stream", True)  # False: nobody reads records
-        record = stream_record(tick, outputs) if keep else None
+        record = stream_record(tick, outputs) if self.keep else None
         if record is not None:
             self.collective.publish(record)
         rec = self.sched.pass_log[-1]
         self.stats.observe(rec)
-        prefilled = rec.prefill_tokens > 0
-        return prefilled, rec.decode_seqs > 0 and not prefilled, decision.reason
+        return prev_slots(rec.prefill_tokens, rec.decode_seqs, decision.reason)
 
     # -- the collective, and what a failure of it does -------------------------------------
-    def _reduce(self, plan: PassPlan, prev: _Prev, tick: int) -> list[int] | None:
+    def _reduce(self, plan: PassPlan, prev: Prev, tick: int) -> list[int] | None:
         """The tick's all-reduce; after a failure, the survivors' (None: store gone)."""
         group = self.group
         while True:
@@ -233,7 +219,7 @@ class _RankLoop:
         )
         self.members = list(agreed.members)
         self.router = h.router
-        self.gate = AlignedGate(self.gate_config, len(self.members))
+        self.gate = RuntimeGate(self.gate_config, len(self.members))
         rep.ended_on_dead.update({rid: [r, s] for rid, (r, s) in h.ended_on_dead.items()})
         for rid, (src, dst) in h.targets.items():
             rep.assignment[rid] = dst
@@ -279,7 +265,7 @@ class _RankLoop:
         t_start = time.perf_counter()
         aligned = self.phase.coordination == "aligned"
         tick = 0
-        prev: _Prev = (False, False, None)
+        prev = IDLE
         while True:
             self.hooks.at_tick(tick)
             self._route(tick if self.clock is None else self.clock.now(tick), False)
@@ -309,12 +295,10 @@ class _RankLoop:
             if not total[ANY_WORK]:
                 break
             if aligned:
-                decision = self.gate.decide(
-                    ReducedObservation.from_sum(total[:VECTOR_SIZE], world), tick
-                )
+                decision = self.gate.decide_sum(total, tick)
             else:
                 decision = self.local_gate.decide_counts(plan.waiting_tokens, plan.decode_seqs)
-            self.report.decisions.append((tick, decision.fire, decision.reason.name))
+            self.report.decisions.append((tick, decision.fire, decision.reason._name_))
             prev = self._execute(plan, decision, tick)
             tick += 1
         return self._finish(tick, time.perf_counter() - t_start)

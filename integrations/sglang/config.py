@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.gate import Reason
+from densegate.impl.settings import SGLANG, carried, keys, read
 from densegate.impl.validation import is_int
 from densegate.integrations.versions import release
 
@@ -48,8 +49,11 @@ SUPPORTED_SGLANG = ((0, 5, 23), (0, 5, 24))
 ``_negotiate_should_allow_prefill`` and ``_NegotiateOutput``), and wraps
 ``Scheduler.get_new_batch_prefill``: internals that change between patch releases."""
 
-_KEYS = ("dense_tokens", "target_fill", "stall_ticks", "kv_pressure_valve", "kv_high_watermark",
-         "align_ticks")  # fmt: skip
+_WATERMARK = "kv_high_watermark"
+"""The one key that is no gate setting: each rank's KV pressure threshold, read here."""
+_KEYS = (*keys(SGLANG), _WATERMARK)
+"""The gate settings SGLang reads (``densegate.impl.settings``), then the watermark."""
+_ROOM = "one pass's prefill room"
 _K_FLAG = "--prefill-delayer-max-delay-passes"
 
 
@@ -82,8 +86,9 @@ class PluginSettings:
     """KV pool usage (SGLang's max pool usage, 0..1) at or over which a rank reports
     KV pressure; only read by the gate with ``kv_pressure_valve`` on."""
     align_ticks: int | None = None
-    """The ALIGNED release: fire once every rank waits and the episode has been held
-    this many passes (``None``: off)."""
+    pace_tokens: int | None = None
+    """``align_ticks``, ``pace_tokens``: the aligned gate's releases (``None``: off), as
+    declared in ``densegate.impl.settings``, like every field here but the watermark."""
 
 
 def _where(key: str) -> str:
@@ -104,30 +109,12 @@ def settings_from_env(environ: Mapping[str, str]) -> PluginSettings:
     unknown = sorted(str(k) for k in raw if k not in _KEYS)
     if unknown:
         raise ValueError(f"{ENV_VAR} has unknown keys {unknown}; known: {list(_KEYS)}")
-    dense = raw.get("dense_tokens")
-    fill = raw.get("target_fill", 1.0)
-    stall = raw.get("stall_ticks", 0)
-    valve = raw.get("kv_pressure_valve", False)
-    mark = raw.get("kv_high_watermark", 0.9)
-    align = raw.get("align_ticks")
-    if dense is not None and (not is_int(dense) or dense < 1):
-        raise ValueError(f"{_where('dense_tokens')} must be an int >= 1, got {dense!r}")
-    if isinstance(fill, bool) or not isinstance(fill, int | float) or not 0 < fill <= 1:
-        raise ValueError(f"{_where('target_fill')} must be a number in (0, 1], got {fill!r}")
-    if not is_int(stall) or stall < 0:
-        raise ValueError(
-            f"{_where('stall_ticks')} must be an int >= 0 (0 = the STALL valve off), got {stall!r}"
-        )
-    if not isinstance(valve, bool):
-        raise ValueError(f"{_where('kv_pressure_valve')} must be a bool, got {valve!r}")
+    got = read(SGLANG, raw, _where, defaults={"dense_tokens": None}, nulls={"dense_tokens": _ROOM})
+    mark = raw.get(_WATERMARK, 0.9)
     if isinstance(mark, bool) or not isinstance(mark, int | float) or not 0 < mark <= 1:
-        raise ValueError(f"{_where('kv_high_watermark')} must be a number in (0, 1], got {mark!r}")
-    if align is not None and (not is_int(align) or align < 0):
-        raise ValueError(
-            f"{_where('align_ticks')} must be an int >= 0 or null (the ALIGNED release off), "
-            f"got {align!r}"
-        )
-    return PluginSettings(dense, float(fill), stall, valve, float(mark), align)
+        raise ValueError(f"{_where(_WATERMARK)} must be a number in (0, 1], got {mark!r}")
+    fill = float(got.pop("target_fill"))
+    return PluginSettings(target_fill=fill, kv_high_watermark=float(mark), **got)
 
 
 def default_dense_tokens(max_prefill_tokens: int, chunked_prefill_size: int | None) -> int:
@@ -164,10 +151,7 @@ def gate_config(
     return AlignedGateConfig(
         dense_tokens=dense,
         max_hold_passes=max_delay_passes,
-        target_fill=settings.target_fill,
-        stall_ticks=settings.stall_ticks,
-        kv_pressure_valve=settings.kv_pressure_valve,
-        align_ticks=settings.align_ticks,
+        **{s.name: getattr(settings, s.name) for s in carried(SGLANG) if s.name != "dense_tokens"},
     )
 
 

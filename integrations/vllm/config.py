@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from densegate.impl.gate import GateConfig
-from densegate.impl.validation import bool_problem, int_problem
+from densegate.impl.settings import VLLM, keys, read
+from densegate.impl.validation import int_problem
 from densegate.integrations.versions import release
 
 __all__ = [
@@ -42,7 +43,8 @@ SUPPORTED_VLLM = ((0, 32), (0, 34))
 """Supported vLLM releases: ``>= 0.32.0, < 0.34`` (the scheduler internals it reads,
 the same in 0.32 and 0.33 for the cases ``observe`` models)."""
 
-_KEYS = ("dense_tokens", "max_hold_passes", "enabled", "stall_passes")
+_KEYS = keys(VLLM)
+"""The keys one engine reads (``densegate.impl.settings``); the DP-only ones it refuses."""
 
 
 class UnsupportedVllmVersion(ImportError):
@@ -86,22 +88,12 @@ def gate_config_from(
             f"additional_config[{CONFIG_KEY!r}] has unknown keys {unknown}; known: {list(_KEYS)}"
         )
     default_dense = max(1, max_num_batched_tokens - max_num_seqs)
-    dense = raw.get("dense_tokens", default_dense)
-    hold = raw.get("max_hold_passes", 30)
-    enabled = raw.get("enabled", True)
-    stall = raw.get("stall_passes", 0)
-    for why, note in (
-        (
-            int_problem(_where("dense_tokens"), dense, 1, max_num_batched_tokens),
-            "at most max_num_batched_tokens, or no pass could ever be dense",
-        ),
-        (int_problem(_where("max_hold_passes"), hold, 1), ""),
-        (bool_problem(_where("enabled"), enabled), ""),
-        (int_problem(_where("stall_passes"), stall, 0), "0 turns the STALL valve off"),
-    ):
-        if why is not None:
-            raise ValueError(f"{why} ({note})" if note else why)
-    return GateConfig(dense, hold, enabled, stall)
+    got = read(VLLM, raw, _where, defaults={"dense_tokens": default_dense})
+    dense = got["dense_tokens"]
+    why = int_problem(_where("dense_tokens"), dense, 1, max_num_batched_tokens)
+    if why is not None:
+        raise ValueError(f"{why} (at most max_num_batched_tokens, or no pass could ever be dense)")
+    return GateConfig(dense, got["max_hold_passes"], got["enabled"], got["stall_ticks"])
 
 
 def check_no_cadence(prefill_schedule_interval: int, gate: GateConfig) -> None:

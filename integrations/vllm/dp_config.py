@@ -4,8 +4,9 @@ Opt-in: the ``vllm.general_plugins`` entry point does nothing unless
 ``DENSEGATE_VLLM_DP=1`` is set in every engine-core process (every node). The
 gate's parameters are the one-engine gate's, from
 ``additional_config={"densegate": {...}}`` (``gate_config_from``), turned into
-the aligned gate's config, plus ``align_ticks`` (the ALIGNED release), read
-here only; vLLM's prefill cadence beside an enabled gate is refused
+the aligned gate's config, plus the DP-only keys (``DP_ONLY_KEYS``: the
+aligned gate's releases, declared in ``densegate.impl.settings``), read here
+only; vLLM's prefill cadence beside an enabled gate is refused
 (``check_no_cadence``): two deferrals would stack.
 
 Ranks must agree on that config and on ``step_counter``. Each rank appends
@@ -22,12 +23,13 @@ import zlib
 from collections.abc import Mapping, Sequence
 
 from densegate.impl.dp_gate import VECTOR_SIZE, AlignedGateConfig
+from densegate.impl.settings import VLLM, VLLM_DP, carried, read
 from densegate.integrations.vllm.config import CONFIG_KEY, check_no_cadence, gate_config_from
 
 __all__ = [
     "AGREEMENT_SIZE",
     "DEFAULT_TIMEOUT_S",
-    "DP_ONLY_KEY",
+    "DP_ONLY_KEYS",
     "ENV_VAR",
     "DpGateError",
     "agreement_slots",
@@ -37,8 +39,9 @@ __all__ = [
     "fingerprint",
 ]
 
-DP_ONLY_KEY = "align_ticks"
-"""The key only the DP gate reads (``AlignedGateConfig.align_ticks``); one engine refuses it."""
+_DP_ONLY = tuple(s for s in carried(VLLM_DP) if s.key(VLLM) is None)
+DP_ONLY_KEYS = tuple(str(s.key(VLLM_DP)) for s in _DP_ONLY)
+"""The keys only the DP gate reads (``densegate.impl.settings``); one engine refuses them."""
 
 ENV_VAR = "DENSEGATE_VLLM_DP"
 """``1``: align prefills across DP engine cores; unset or ``0``: the plugin does nothing."""
@@ -74,19 +77,15 @@ def aligned_config_from(
     max_num_seqs: int,
     prefill_schedule_interval: int,
 ) -> AlignedGateConfig:
-    """The aligned gate's config from the one-engine keys plus the DP-only ``align_ticks``
-    (the ALIGNED release, absent or None: off); the cadence beside it is refused."""
+    """The aligned gate's config from the one-engine keys plus the DP-only ones
+    (``DP_ONLY_KEYS``: absent or None, off); the cadence beside it is refused."""
     raw = (additional_config or {}).get(CONFIG_KEY)
-    align: object = None
-    if isinstance(raw, Mapping) and DP_ONLY_KEY in raw:
-        align = raw[DP_ONLY_KEY]
-        rest = {k: v for k, v in raw.items() if k != DP_ONLY_KEY}
+    dp_only: Mapping[str, object] = {}
+    if isinstance(raw, Mapping) and any(k in raw for k in DP_ONLY_KEYS):
+        dp_only = {k: v for k, v in raw.items() if k in DP_ONLY_KEYS}
+        rest = {k: v for k, v in raw.items() if k not in DP_ONLY_KEYS}
         additional_config = {**(additional_config or {}), CONFIG_KEY: rest}
-    if align is not None and (not isinstance(align, int) or isinstance(align, bool) or align < 0):
-        raise ValueError(
-            f"additional_config[{CONFIG_KEY!r}][{DP_ONLY_KEY!r}] must be an int >= 0 or "
-            f"null (off), got {align!r}"
-        )
+    extra = read(VLLM_DP, dp_only, _where, only=_DP_ONLY)
     gate = gate_config_from(
         additional_config,
         max_num_batched_tokens=max_num_batched_tokens,
@@ -98,8 +97,12 @@ def aligned_config_from(
         max_hold_passes=gate.max_hold_passes,
         enabled=gate.enabled,
         stall_ticks=gate.stall_passes,
-        align_ticks=align if isinstance(align, int) else None,
+        **extra,
     )
+
+
+def _where(key: str) -> str:
+    return f"additional_config[{CONFIG_KEY!r}][{key!r}]"
 
 
 def fingerprint(config: AlignedGateConfig, world_size: int, vllm_version: str) -> int:

@@ -41,6 +41,8 @@ class PhaseClock:
     costs: dict[int, dict[int, int]] = field(default_factory=dict)
     floors: dict[int, int] = field(default_factory=dict)
     """Per tick the slowest rank's decode-only pass of the same decodes (us): ITL's floor."""
+    prefill_ticks: set[int] = field(default_factory=set)
+    """Ticks in which some rank prefilled."""
 
     def end_of(self, tick: int) -> int:
         """Tick ``tick``'s end: its start plus its slowest rank's pass plus the collective
@@ -53,22 +55,44 @@ class PhaseClock:
 
 
 class _PricedRunner:
-    """Prices every pass it runs by the model; attributes pass through."""
+    """Prices every pass it runs by the model; attributes pass through.
 
-    def __init__(self, inner: Runner, model: PassModel, clock: PhaseClock, rank: int) -> None:
+    ``decode_us`` (shared by every rank and phase of a run) holds the price of each
+    decode-only work met so far, by (decode_seqs, decode_context): a model is a function
+    of the work, and most passes repeat one another's."""
+
+    def __init__(
+        self,
+        inner: Runner,
+        model: PassModel,
+        clock: PhaseClock,
+        rank: int,
+        decode_us: dict[tuple[int, int], int] | None = None,
+    ) -> None:
         self.inner = inner
         self.model = model
         self.clock = clock
         self.rank = rank
+        self.decode_us = {} if decode_us is None else decode_us
 
     def execute(self, batch: ScheduledBatch) -> Sequence[int]:
-        work = PassWork.from_batch(batch)
-        cost = round(1e3 * self.model.pass_ms(work))
-        self.clock.costs.setdefault(batch.index, {})[self.rank] = cost
-        alone = PassWork(decode_seqs=work.decode_seqs, decode_context=work.decode_context)
-        floor = round(1e3 * self.model.pass_ms(alone))
-        floors = self.clock.floors
-        floors[batch.index] = max(floors.get(batch.index, 0), floor)
+        clock, index, decodes = self.clock, batch.index, batch.decodes
+        # PassWork.from_batch's decode_context: the sum of (start + 1) over the decodes.
+        key = (len(decodes), sum(c.start for c in decodes) + len(decodes))
+        floor = self.decode_us.get(key)
+        if floor is None:
+            alone = PassWork(decode_seqs=key[0], decode_context=key[1])
+            floor = self.decode_us[key] = round(1e3 * self.model.pass_ms(alone))
+        cost = floor  # a decode-only pass is its own floor
+        if batch.prefills:
+            cost = round(1e3 * self.model.pass_ms(PassWork.from_batch(batch)))
+            clock.prefill_ticks.add(index)
+        costs = clock.costs.get(index)
+        if costs is None:
+            costs = clock.costs[index] = {}
+        costs[self.rank] = cost
+        floors = clock.floors
+        floors[index] = max(floors.get(index, 0), floor)
         return self.inner.execute(batch)
 
     def __getattr__(self, name: str) -> Any:
@@ -107,6 +131,7 @@ class ModeledClocks:
         self.model = model
         self.phases: dict[int, PhaseClock] = {}
         self.names: dict[int, str] = {}
+        self.decode_us: dict[tuple[int, int], int] = {}
         self._meet: Callable[[], None] | None = None
 
     def bind(self, meet: Callable[[], None]) -> None:
@@ -117,7 +142,7 @@ class ModeledClocks:
             raise RuntimeError("ModeledClocks.bind(rendezvous) before the ranks start")
         shared = self.phases.setdefault(index, PhaseClock(round(1e3 * self.model.collective_ms)))
         self.names[index] = phase.name
-        engine.runner = _PricedRunner(engine.runner, self.model, shared, rank)
+        engine.runner = _PricedRunner(engine.runner, self.model, shared, rank, self.decode_us)
         return _RankClock(shared, self._meet)
 
     def by_name(self, name: str) -> PhaseClock:
@@ -155,14 +180,18 @@ def floors(
 ) -> dict[str, list[float]]:
     """The physical floors on the same work, in ms: per inter-token gap the decode-only
     pass of the tick's decodes plus the collective (ITL); per request its prefill alone
-    in one pass plus the collective (TTFT)."""
+    in one pass plus the collective (TTFT); and the share of inter-token gaps that end
+    in a tick where some rank prefilled (ITL p99 sits at a mixed pass's cost once that
+    share passes 1%)."""
     coll = model.collective_ms
     itl: list[float] = []
     ttft: list[float] = []
+    stretched = 0
     for r in ranks:
         for rid, (_, passes) in zip(r["request_ids"], r["requests"], strict=True):
             itl.extend(clock.floors.get(b, 0) / 1e3 + coll for b in passes[1:])
+            stretched += sum(b in clock.prefill_ticks for b in passes[1:])
             if passes:
                 n = prompt_len[rid]
                 ttft.append(model.pass_ms(PassWork(n, 1, n * (n + 1) // 2, n)) + coll)
-    return {"itl_ms": itl, "ttft_ms": ttft}
+    return {"itl_ms": itl, "ttft_ms": ttft, "gaps_in_prefill_ticks": [stretched / max(len(itl), 1)]}

@@ -214,7 +214,10 @@ def run_dp_policies(
         floor: dict[str, float | None] = {}
         if clocks is not None:
             got = floors(clocks.by_name(phase), timings, prompt_len, model)
-            floor = {k: percentile(v, 99) for k, v in got.items()}
+            share = got.pop("gaps_in_prefill_ticks")[0]
+            floor = {k: percentile(v, 99) for k, v in got.items()} | {
+                "gaps_in_prefill_ticks": share
+            }
         out[name] = {
             "reports": reps,
             "floors_p99": floor,
@@ -247,7 +250,8 @@ def policy_rows(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         x = rows[-1]
         x |= {"itl_floor_ms_p99": f.get("itl_ms"), "ttft_floor_ms_p99": f.get("ttft_ms"),
               "itl_p99_to_floor": _div(x["itl_ms_p99"], f.get("itl_ms")),
-              "ttft_p99_to_floor": _div(x["ttft_ms_p99"], f.get("ttft_ms"))}  # fmt: skip
+              "ttft_p99_to_floor": _div(x["ttft_ms_p99"], f.get("ttft_ms")),
+              "gaps_in_prefill_ticks": f.get("gaps_in_prefill_ticks")}  # fmt: skip
     off = next((x for x in rows if x["name"] == "gate-off"), None)
     peers = [x for x in rows if _is_bar(x["name"])]
     for x in rows:
@@ -259,6 +263,10 @@ def policy_rows(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             best[c] = _div(x[c], pick)
         x["ratio_to_best_peer"] = best
     return rows
+
+
+def _pct(share: float | None) -> str:
+    return "" if share is None else f"{100 * share:.1f}%"
 
 
 def _div(a: float | None, b: float | None) -> float | None:
@@ -312,11 +320,11 @@ def format_policy_tables(
     head = (
         "| policy | tokens/s | ITL ms p50 / p99 | TTFT ms p50 / p99 / max | mixed ticks "
         "| tokens/s ÷ gate-off / best peer | ITL p99 ÷ best peer | TTFT p99 ÷ best peer "
-        "| ITL / TTFT p99 ÷ floor |"
+        "| ITL / TTFT p99 ÷ floor | gaps in prefill ticks |"
     )
     for w in by_workload:
         lines += ["", f"### {w['name']} (modeled, dp={dp}, {w['requests']} requests, "
-                  f"load {fmt(w['load'])})", "", head, "|---|" + "---:|" * 8]  # fmt: skip
+                  f"load {fmt(w['load'])})", "", head, "|---|" + "---:|" * 9]  # fmt: skip
         for x in w["policies"]:
             g, b = x["ratio_to_gate_off"], x["ratio_to_best_peer"]
             lines.append(
@@ -324,10 +332,16 @@ def format_policy_tables(
                 f"{fmt(x['itl_ms_p99'])} | {fmt(x['ttft_ms_p50'])} / {fmt(x['ttft_ms_p99'])} / "
                 f"{fmt(x['ttft_ms_max'])} | {x['mixed_ticks']} | {fmt(g['tokens_per_s'])} / "
                 f"{fmt(b['tokens_per_s'])} | {fmt(b['itl_ms_p99'])} | {fmt(b['ttft_ms_p99'])} | "
-                f"{fmt(x.get('itl_p99_to_floor'))} / {fmt(x.get('ttft_p99_to_floor'))} |"
+                f"{fmt(x.get('itl_p99_to_floor'))} / {fmt(x.get('ttft_p99_to_floor'))} | "
+                f"{_pct(x.get('gaps_in_prefill_ticks'))} |"
             )
         met = w.get("goal")
         if met is not None:
             lines += ["", f"densegate against the best peer (tokens/s >= {TOKENS_SLACK}x, ITL "
                       f"p99 <= 1x, TTFT p99 <= 1x): {goal_words(met)}"]  # fmt: skip
+    if any(w.get("goal") is not None for w in by_workload):
+        from densegate.lab.bench.dp_verdict import format_verdicts
+
+        lines += ["", "### Verdict (densegate against the best engine rule per column)", ""]
+        lines += format_verdicts(by_workload, bar_peers())
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import gc
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -211,6 +212,8 @@ class _GreenletGroup(InProcessGroup):
         lets = [greenlet.greenlet(b) for b in bodies]
         errors: list[BaseException] = []
         replies: dict[int, Any] = dict.fromkeys(range(len(lets)))
+        collecting = gc.isenabled()  # the ranks' state only grows while they run: no
+        gc.disable()  # collection could free any of it, and full ones walk all of it
         try:
             while replies:
                 calls: dict[int, tuple[str, Any]] = {}
@@ -228,6 +231,8 @@ class _GreenletGroup(InProcessGroup):
                 replies = self._complete(calls)
         finally:
             self.hub = None
+            if collecting:
+                gc.enable()
         return errors
 
     def _complete(self, calls: dict[int, tuple[str, Any]]) -> dict[int, Any]:

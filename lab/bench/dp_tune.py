@@ -1,6 +1,6 @@
 """``densegate tune --dp N``: the aligned gate's K, ``align_ticks`` and ``pace_tokens`` (the
 paced release) per workload, judged against the engines' own DP rules through the same
-rank loops (modeled, on the tick clock).
+rank loops (modeled; ``densegate tune --dp`` runs them on the seconds clock).
 
 Each workload's peers run once; then every candidate (K, A, C) runs as the densegate
 phase alone on the same trace. The proposal is issue 31's goal read as a choice: among
@@ -47,10 +47,11 @@ def tune_dp(
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
     paces: Sequence[int | None] = DEFAULT_PACES,
+    clock: str = "ticks",
 ) -> dict[str, Any]:
     """The peers' figures, every candidate's, and the proposal (or None, with why)."""
     peers = {n: _figures(r) for n, r in run_dp_policies(trace, engine, dp, model, bar_peers(),
-                                                         seed).items()}  # fmt: skip
+                                                         seed, clock=clock).items()}  # fmt: skip
     best = {"tokens_per_s": max(p["tokens_per_s"] for p in peers.values()),
             "itl_ms_p99": min(p["itl_ms_p99"] for p in peers.values()),
             "ttft_ms_p99": min(p["ttft_ms_p99"] for p in peers.values())}  # fmt: skip
@@ -58,7 +59,7 @@ def tune_dp(
     for k, a, c in ((k, a, c) for k in holds for a in aligns for c in paces):
         cfg = dataclasses.replace(engine, max_hold_passes=k)
         run = run_dp_policies(trace, cfg, dp, model, ["densegate"], seed, align_ticks=a,
-                              pace_tokens=c)  # fmt: skip
+                              pace_tokens=c, clock=clock)  # fmt: skip
         f = _figures(run["densegate"])
         met = goal([{"name": "densegate", **f}, *({"name": n, **p} for n, p in peers.items())])
         assert met is not None  # densegate and the peers are all there

@@ -72,13 +72,9 @@ class PassWork:
             chunks += 1
             pairs += n * c.start + n * (n + 1) // 2
             ctx += c.start + n
+        decodes = batch.decodes  # decode_context: the sum of (start + 1) over them
         return cls(
-            tokens,
-            chunks,
-            pairs,
-            ctx,
-            len(batch.decodes),
-            sum(c.start + 1 for c in batch.decodes),
+            tokens, chunks, pairs, ctx, len(decodes), sum(c.start for c in decodes) + len(decodes)
         )
 
     @property

@@ -22,9 +22,13 @@ C_MIN = 16
 """The minimal chunk the ridge is measured against (tokens)."""
 EPS = 0.25
 """How much dearer than a minimal chunk's pass the ridge chunk's pass may be."""
-HOLD_SHARE = 0.5
+HOLD_SHARE = 1.0
 """A mixed pass's fixed penalty over the decode-only pass, as a share of that pass,
-above which the profile is in the hold regime."""
+above which the profile is in the hold regime. Chosen from the tables: at 3x the
+roofline's launch cost (H100-SXM: +56% at 128 decodes) holding (K = 30, with or
+without ALIGNED at 0) lost TTFT p99 by 2-6x for at most 2.5% tokens/s, so the paced
+mode stays the default there; only a mixed pass dearer than two decode-only passes
+is taken as the regime where holding can pay."""
 
 
 def _mixed(decodes: int, context: int, chunk: int) -> PassWork:

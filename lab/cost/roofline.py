@@ -10,7 +10,7 @@ traces back to a datasheet number or a stated assumption.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from densegate.impl.validation import (
@@ -173,6 +173,33 @@ class RooflineModel:
     """``PassModel`` from ``RooflineInputs``: max(compute, memory) + launch overhead."""
 
     inputs: RooflineInputs
+    # The formulas' constant factors, each computed in the order the formulas multiply
+    # them (so every figure is the same float): a replay prices thousands of passes.
+    _per_token: float = field(init=False, repr=False, compare=False)
+    _per_sampled: float = field(init=False, repr=False, compare=False)
+    _per_pair: float = field(init=False, repr=False, compare=False)
+    _weights: int = field(init=False, repr=False, compare=False)
+    _kv: int = field(init=False, repr=False, compare=False)
+    _flop_s: float = field(init=False, repr=False, compare=False)
+    _byte_s: float = field(init=False, repr=False, compare=False)
+    _graph_s: float = field(init=False, repr=False, compare=False)
+    _eager_s: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        i, s = self.inputs, self.inputs.shape
+        consts = {
+            "_per_token": 2.0 * s.n_layers * s.layer_params,
+            "_per_sampled": 2.0 * s.hidden * s.vocab,
+            "_per_pair": 4.0 * s.n_layers * s.n_heads * s.head_dim,
+            "_weights": s.params * s.dtype_bytes,
+            "_kv": s.kv_bytes_per_token,
+            "_flop_s": i.gpu.peak_tflops * 1e12 * i.compute_efficiency,
+            "_byte_s": i.gpu.hbm_tb_s * 1e12 * i.bandwidth_efficiency,
+            "_graph_s": i.graph_replay_us / 1e6,
+            "_eager_s": s.n_layers * i.kernels_per_layer * i.launch_us / 1e6,
+        }
+        for name, value in consts.items():
+            object.__setattr__(self, name, value)
 
     @property
     def collective_ms(self) -> float:
@@ -183,28 +210,24 @@ class RooflineModel:
         return self.inputs.graph_max_rows
 
     def flops(self, w: PassWork) -> float:
-        s = self.inputs.shape
+        """``2 n_layers layer_params`` per token, ``2 hidden vocab`` per sampled row (the LM
+        head), ``4 n_layers n_heads head_dim`` per attention pair."""
         tokens = w.prefill_tokens + w.decode_seqs
         sampled = w.prefill_chunks + w.decode_seqs
-        linear = 2.0 * s.n_layers * s.layer_params * tokens + 2.0 * s.hidden * s.vocab * sampled
-        attention = 4.0 * s.n_layers * s.n_heads * s.head_dim * (w.prefill_pairs + w.decode_context)
-        return linear + attention
+        linear = self._per_token * tokens + self._per_sampled * sampled
+        return linear + self._per_pair * (w.prefill_pairs + w.decode_context)
 
     def bytes(self, w: PassWork) -> float:
-        s = self.inputs.shape
+        """Weights (``params dtype_bytes``) plus the KV read and written, per token."""
         tokens = w.prefill_tokens + w.decode_seqs
-        kv = s.kv_bytes_per_token * (w.prefill_context + w.decode_context + tokens)
-        return float(s.params * s.dtype_bytes + kv)
+        kv = self._kv * (w.prefill_context + w.decode_context + tokens)
+        return float(self._weights + kv)
 
     def pass_ms(self, work: PassWork) -> float:
-        i = self.inputs
-        kind = kind_of(work, i.graph_max_rows)
+        kind = kind_of(work, self.inputs.graph_max_rows)
         if kind is None:
             return 0.0
-        compute_s = self.flops(work) / (i.gpu.peak_tflops * 1e12 * i.compute_efficiency)
-        memory_s = self.bytes(work) / (i.gpu.hbm_tb_s * 1e12 * i.bandwidth_efficiency)
-        if kind == "decode_graph":
-            launch_s = i.graph_replay_us / 1e6
-        else:
-            launch_s = i.shape.n_layers * i.kernels_per_layer * i.launch_us / 1e6
+        compute_s = self.flops(work) / self._flop_s
+        memory_s = self.bytes(work) / self._byte_s
+        launch_s = self._graph_s if kind == "decode_graph" else self._eager_s
         return 1e3 * (max(compute_s, memory_s) + launch_s)

@@ -48,11 +48,14 @@ class PassTimeline:
         self.tokens: dict[int, list[int]] = collections.defaultdict(list)
 
     def record(self, batch: ScheduledBatch, t0: float, t1: float) -> None:
-        self.work[batch.index] = PassWork.from_batch(batch)
-        self.start_s[batch.index] = t0
-        self.end_s[batch.index] = t1
-        for c in batch.sampled():
-            self.tokens[c.seq_id].append(batch.index)
+        index, tokens = batch.index, self.tokens
+        self.work[index] = PassWork.from_batch(batch)
+        self.start_s[index] = t0
+        self.end_s[index] = t1
+        for chunks in (batch.prefills, batch.decodes):  # batch.sampled(), in its order
+            for c in chunks:
+                if c.sample:
+                    tokens[c.seq_id].append(index)
 
 
 class TimedRunner:
@@ -191,7 +194,8 @@ def rank_timing(engine: Engine, timeline: PassTimeline) -> dict[str, Any]:
     out, ttft, itl = _latencies(
         timeline.tokens, [(r.seq_id, r.arrival_time) for r in reqs], timeline.end_s
     )
-    passes = sorted(timeline.work)
+    work = timeline.work
+    passes = sorted(work)
     ends = timeline.end_s
     return {
         "output_tokens": out,
@@ -199,7 +203,7 @@ def rank_timing(engine: Engine, timeline: PassTimeline) -> dict[str, Any]:
         "ttft_ms": ttft,
         "itl_ms": itl,
         "tick_ms": [1e3 * (ends[b] - ends[a]) for a, b in itertools.pairwise(passes) if b == a + 1],
-        "work": [[p, *timeline.work[p].as_list()] for p in passes],
+        "work": [[p, *work[p].as_list()] for p in passes],
         "requests": [[r.arrival_pass, timeline.tokens.get(r.seq_id, [])] for r in reqs],
         "request_ids": [r.request_id for r in reqs],
     }

@@ -1,0 +1,63 @@
+"""The DP side by side's verdict, one row per workload and load: densegate against the
+best engine rule on each column, beside the physical floors, and the count of cells
+where issue 31's goal (and its stretch: ITL and TTFT p99 within 2x the floors) is met.
+
+The share of inter-token gaps that end in a tick where some rank prefilled says why an
+ITL column is lost: once it passes 1%, ITL p99 is a mixed pass's cost; a rule whose
+share stays under 1% (by holding, at a TTFT cost) has ITL p99 at the decode-only floor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from densegate.impl.figures import fmt
+
+__all__ = ["STRETCH", "format_verdicts"]
+
+STRETCH = 2.0
+"""Issue 31's stretch: densegate's ITL p99 and TTFT p99 at most this times their floors."""
+
+
+def _best(rows: Sequence[dict[str, Any]], bar: Sequence[str], col: str, high: bool) -> Any:
+    peers = [x for x in rows if x["name"] in bar and x[col] is not None]
+    return (max if high else min)(peers, key=lambda x: x[col]) if peers else None
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -> list[str]:
+    """The verdict table (markdown lines) for entries ``{"name", "load", "policies", "goal"}``."""
+    lines = [
+        "| workload | load | tokens/s ÷ best | ITL p99 ÷ best (best) | TTFT p99 ÷ best (best) "
+        "| ITL / TTFT p99 ÷ floor | gaps in prefill ticks: densegate / best ITL | goal |",
+        "|---|---:|---:|---|---|---:|---:|---|",
+    ]
+    met = stretch = cells = 0
+    for w in by_workload:
+        rows, goal = w["policies"], w.get("goal")
+        ours = next((x for x in rows if x["name"] == "densegate"), None)
+        if ours is None or goal is None:
+            continue
+        cells += 1
+        tok = _best(rows, bar, "tokens_per_s", True)
+        itl = _best(rows, bar, "itl_ms_p99", False)
+        ttft = _best(rows, bar, "ttft_ms_p99", False)
+        ok = all(goal.values())
+        met += ok
+        floors = (ours.get("itl_p99_to_floor"), ours.get("ttft_p99_to_floor"))
+        stretch += all(f is not None and f <= STRETCH for f in floors)
+        lines.append(
+            f"| {w['name']} | {fmt(w['load'])} | "
+            f"{fmt(ours['tokens_per_s'] / tok['tokens_per_s'])} | "
+            f"{fmt(ours['itl_ms_p99'] / itl['itl_ms_p99'])} ({itl['name']}) | "
+            f"{fmt(ours['ttft_ms_p99'] / ttft['ttft_ms_p99'])} ({ttft['name']}) | "
+            f"{fmt(floors[0])} / {fmt(floors[1])} | {_pct(ours.get('gaps_in_prefill_ticks'))} / "
+            f"{_pct(itl.get('gaps_in_prefill_ticks'))} | {'met' if ok else 'NOT met'} |"
+        )
+    lines += ["", f"goal met in {met} of {cells} cells; stretch (ITL and TTFT p99 <= "
+              f"{STRETCH:g}x their floors) met in {stretch} of {cells}"]  # fmt: skip
+    return lines

@@ -1,0 +1,264 @@
+"""Each gate setting declared once (``densegate.impl.settings``), and every reader derived.
+
+Parametrized over the declaration itself, so a setting added there is tested here
+without a new row: the config dataclasses spell the declared fields with the declared
+defaults; a value out of a setting's range is a ``ValueError`` naming the field from
+``AlignedGateConfig``, one line and exit 2 from the command line, and a ``ValueError``
+naming the key and the variable from the vLLM and SGLang parsers (no engine imported).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+import densegate.cli.dp as cli_dp
+from densegate.cli.main import main as cli_main
+from densegate.impl.dp.config import DPConfig
+from densegate.impl.dp_gate import AlignedGateConfig
+from densegate.impl.settings import (
+    APPLIES_CAP,
+    DP,
+    REQUIRED,
+    SETTINGS,
+    SGLANG,
+    VLLM,
+    VLLM_DP,
+    Setting,
+    carried,
+    flagged,
+    keys,
+    read,
+    setting,
+    table,
+)
+from densegate.integrations.sglang.config import ENV_VAR, PluginSettings, settings_from_env
+from densegate.integrations.vllm.config import gate_config_from
+from densegate.integrations.vllm.dp_config import DP_ONLY_KEYS, aligned_config_from
+
+LIMITS = {"max_num_batched_tokens": 256, "max_num_seqs": 16}
+DP_KW = {**LIMITS, "prefill_schedule_interval": 1}
+
+
+def _bad(s: Setting) -> list[object]:
+    """Values out of ``s``'s declared range (each kind's, from the declaration)."""
+    if s.kind == "int":
+        assert s.low is not None
+        return [s.low - 1, True, 1.5, "3"]
+    if s.kind == "bool":
+        return [1, "yes"]
+    return [0, 1.5, True, "1", float("nan")]
+
+
+def _good(s: Setting) -> object:
+    """A value in ``s``'s range that is not its default."""
+    if s.kind == "int":
+        assert s.low is not None
+        return s.low + 2
+    return (not s.default) if s.kind == "bool" else 0.5
+
+
+def _ids(settings: tuple[Setting, ...]) -> list[str]:
+    return [s.name for s in settings]
+
+
+BAD = [(s, v) for s in SETTINGS for v in _bad(s)]
+BAD_IDS = [f"{s.name}={v!r}" for s, v in BAD]
+
+
+# -- the dataclasses spell what is declared --------------------------------------------------
+
+
+def test_aligned_gate_config_has_the_declared_fields_and_defaults() -> None:
+    fields = dataclasses.fields(AlignedGateConfig)
+    assert [f.name for f in fields] == [s.name for s in SETTINGS]
+    for f, s in zip(fields, SETTINGS, strict=True):
+        want = dataclasses.MISSING if s.default is REQUIRED else s.default
+        assert f.default == want, s.name
+
+
+@pytest.mark.parametrize(("cls", "carrier"), [(DPConfig, DP), (PluginSettings, SGLANG)])
+def test_every_carrier_dataclass_has_the_declared_defaults(cls: type, carrier: str) -> None:
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for s in carried(carrier):
+        assert s.name in fields, f"{cls.__name__} lacks {s.name}"
+        if s.default is not REQUIRED:
+            assert fields[s.name].default == s.default, s.name
+
+
+def test_the_carriers_keys() -> None:
+    assert keys(VLLM) == ("dense_tokens", "max_hold_passes", "enabled", "stall_passes")
+    assert set(keys(VLLM)) < set(keys(VLLM_DP))
+    assert tuple(k for k in keys(VLLM_DP) if k not in keys(VLLM)) == DP_ONLY_KEYS
+    assert {s.name for s in flagged()} <= {s.name for s in carried(DP)}
+    with pytest.raises(ValueError, match="carrier must be one of"):
+        carried("trtllm")
+    with pytest.raises(KeyError, match="no gate setting 'align'"):
+        setting("align")
+
+
+# -- AlignedGateConfig ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("s", "bad"), BAD, ids=BAD_IDS)
+def test_the_config_refuses_a_value_out_of_range_naming_the_field(s: Setting, bad: object) -> None:
+    with pytest.raises(ValueError, match=rf"^AlignedGateConfig\.{s.name} must be "):
+        AlignedGateConfig(**{"dense_tokens": 8, s.name: bad})
+
+
+@pytest.mark.parametrize("s", SETTINGS, ids=_ids(SETTINGS))
+def test_the_config_takes_a_value_in_range_and_none_only_where_declared(s: Setting) -> None:
+    assert getattr(AlignedGateConfig(**{"dense_tokens": 8, s.name: _good(s)}), s.name) == _good(s)
+    if s.optional:
+        assert getattr(AlignedGateConfig(8, **{s.name: None}), s.name) is None
+    else:
+        with pytest.raises(ValueError, match=rf"AlignedGateConfig\.{s.name}"):
+            AlignedGateConfig(**{"dense_tokens": 8, s.name: None})
+
+
+# -- the command line ----------------------------------------------------------------------
+
+RUN = ["run", "--dp", "2", "--requests", "6", "--runner", "null", "--quiet"]
+FLAGGED = flagged()
+
+
+@pytest.mark.parametrize("s", FLAGGED, ids=_ids(FLAGGED))
+def test_a_flag_out_of_range_is_one_line_exit_2(
+    s: Setting, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_dp, "launch", lambda *a, **k: pytest.fail("launched"))
+    assert s.low is not None
+    assert cli_main([*RUN, s.flag, str(s.low - 1)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert f"argument {s.flag}: the value must be >= {s.low}, got {s.low - 1}" in err
+    assert cli_main(["run", *RUN[3:], s.flag, str(s.low)]) == 2  # no --dp
+    assert f"{s.flag} is for a data-parallel run" in capsys.readouterr().err
+    tune = ["tune", "--cost", "roofline:H100-SXM", "--dp", "2", s.flag, str(s.low - 1)]
+    assert cli_main(tune) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.count("\n") == 1 and f"{s.flag}: each value must be 'off' or an int >= {s.low}" in err
+    )
+
+
+@pytest.mark.parametrize("s", FLAGGED, ids=_ids(FLAGGED))
+def test_a_flag_in_range_reaches_the_dp_config_and_the_gate(
+    s: Setting, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[DPConfig] = []
+
+    def record(trace: Any, config: DPConfig, world: int, **kwargs: Any) -> Any:
+        seen.append(config)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(cli_dp, "launch", record)
+    with pytest.raises(SystemExit):
+        cli_main([*RUN, s.flag, str(s.low)])
+    (config,) = seen
+    assert getattr(config, s.name) == s.low
+    assert getattr(config.gate_config(config.engine), s.name) == s.low
+    others = [o for o in FLAGGED if o is not s]
+    assert all(getattr(config, o.name) is None for o in others)  # absent: off
+    torchrun = cli_dp.build_parser().parse_args([s.flag, str(s.low)])  # the torchrun entry
+    assert getattr(cli_dp._dp_config(torchrun, "null"), s.name) == s.low
+
+
+def test_the_flags_help_is_the_declaration() -> None:
+    helps = {a.dest: str(a.help) for a in cli_dp.build_parser()._actions}
+    for s in FLAGGED:
+        assert s.help in helps[s.name] and s.requirement(spelled="absent") in helps[s.name]
+
+
+# -- the integrations' parsers ---------------------------------------------------------------
+
+
+def _vllm_where(key: str) -> str:
+    return rf"additional_config\['densegate'\]\['{key}'\] must be "
+
+
+VLLM_DP_BAD = [(s, v) for s in carried(VLLM_DP) for v in _bad(s)]
+SGLANG_BAD = [(s, v) for s in carried(SGLANG) for v in _bad(s)]
+
+
+@pytest.mark.parametrize(("s", "bad"), VLLM_DP_BAD, ids=[f"{s.name}={v!r}" for s, v in VLLM_DP_BAD])
+def test_vllm_refuses_a_value_out_of_range_naming_the_key(s: Setting, bad: object) -> None:
+    key = s.key(VLLM_DP)
+    with pytest.raises(ValueError, match=_vllm_where(str(key))):
+        aligned_config_from({"densegate": {key: bad}}, **DP_KW)
+    if s.key(VLLM) is not None:
+        with pytest.raises(ValueError, match=_vllm_where(str(key))):
+            gate_config_from({"densegate": {key: bad}}, **LIMITS)
+
+
+@pytest.mark.parametrize(("s", "bad"), SGLANG_BAD, ids=[f"{s.name}={v!r}" for s, v in SGLANG_BAD])
+def test_sglang_refuses_a_value_out_of_range_naming_the_key(s: Setting, bad: object) -> None:
+    key = str(s.key(SGLANG))
+    with pytest.raises(ValueError, match=rf"^{ENV_VAR}\['{key}'\] must be .*, got {bad!r}"):
+        settings_from_env({ENV_VAR: json.dumps({key: bad})})
+
+
+@pytest.mark.parametrize("key", DP_ONLY_KEYS)
+def test_one_vllm_engine_refuses_the_dp_only_keys(key: str) -> None:
+    with pytest.raises(ValueError, match=rf"unknown keys \['{key}'\]"):
+        gate_config_from({"densegate": {key: 1}}, **LIMITS)
+
+
+CAPS = tuple(s for s in SETTINGS if s.caps)
+
+
+@pytest.mark.parametrize("s", CAPS, ids=_ids(CAPS))
+def test_a_cap_setting_is_read_but_refused_on_where_no_scheduler_applies_the_cap(
+    s: Setting,
+) -> None:
+    """vLLM's DP plugin and SGLang's delayer do not cap the engine's prefill: a PACED tick
+    would run uncapped, so the key is read, range-checked and refused unless null."""
+    assert VLLM_DP not in APPLIES_CAP and SGLANG not in APPLIES_CAP
+    key = str(s.key(VLLM_DP))
+    assert aligned_config_from({"densegate": {key: None}}, **DP_KW) == AlignedGateConfig(240)
+    with pytest.raises(
+        ValueError, match=rf"\['{key}'\] is {_good(s)}, but this engine's scheduler"
+    ):
+        aligned_config_from({"densegate": {key: _good(s)}}, **DP_KW)
+    assert getattr(settings_from_env({ENV_VAR: json.dumps({key: None})}), s.name) is None
+    with pytest.raises(ValueError, match=rf"{ENV_VAR}\['{key}'\] is {_good(s)}, but this engine"):
+        settings_from_env({ENV_VAR: json.dumps({key: _good(s)})})
+
+
+VLLM_DP_OK = tuple(s for s in carried(VLLM_DP) if not s.caps)
+SGLANG_OK = tuple(s for s in carried(SGLANG) if not s.caps)
+
+
+@pytest.mark.parametrize("s", VLLM_DP_OK, ids=_ids(VLLM_DP_OK))
+def test_every_vllm_dp_key_in_range_reaches_the_aligned_config(s: Setting) -> None:
+    cfg = aligned_config_from({"densegate": {s.key(VLLM_DP): _good(s)}}, **DP_KW)
+    assert getattr(cfg, s.name) == _good(s)
+
+
+@pytest.mark.parametrize("s", SGLANG_OK, ids=_ids(SGLANG_OK))
+def test_every_sglang_key_in_range_reaches_the_settings(s: Setting) -> None:
+    got = settings_from_env({ENV_VAR: json.dumps({s.key(SGLANG): _good(s)})})
+    assert getattr(got, s.name) == _good(s)
+
+
+def test_read_takes_defaults_and_nulls_and_names_the_key() -> None:
+    def where(k: str) -> str:
+        return f"X[{k}]"
+
+    got = read(SGLANG, {}, where, defaults={"dense_tokens": None}, nulls={"dense_tokens": "room"})
+    assert got["dense_tokens"] is None and got["stall_ticks"] == 0
+    with pytest.raises(ValueError, match=r"^X\[dense_tokens\] must be an int >= 1 or null \(room"):
+        read(SGLANG, {"dense_tokens": 0}, where, nulls={"dense_tokens": "room"})
+    with pytest.raises(ValueError, match=r"^X\[dense_tokens\] must be an int >= 1, got None"):
+        read(SGLANG, {"dense_tokens": None}, where)
+
+
+def test_the_docs_table_has_a_row_per_setting() -> None:
+    header, rows = table()
+    assert [r[0] for r in rows] == [f"`{s.name}`" for s in SETTINGS]
+    assert all(len(r) == len(header) for r in rows)
+    with pytest.raises(ValueError, match="no arguments"):
+        table(["x"])
