@@ -23,8 +23,13 @@ per second, medians over the repeats, and the ratio of decisions per second to t
 baseline's (the two trees' peers differ, so their decision counts do too: the
 rate is the comparable figure). CPU seconds of the subprocess are the clock
 (``--clock wall`` for wall seconds); on a machine busy with other work wall time
-is noisier. Every repeat of a row must decide and model exactly the same on this
-tree, and the script says so or exits 1. Run from the repository root:
+is noisier. The baseline's ranks are threads (its only driver) handing over at
+every collective, and what that costs depends on where the OS runs them: on idle
+cores the hand-overs cross cores and cost up to twice what they cost on one core,
+so the ratio is printed as the bench runs (unpinned) and, with ``--pin CPU``, with
+every measurement on one core (this tree's replay is one thread either way). Every
+repeat of a row must decide and model exactly the same on this tree, and the
+script says so or exits 1. Run from the repository root:
 ``python benchmarks/dp_replay_speed.py`` (``--quick`` for a smoke run).
 """
 
@@ -88,6 +93,8 @@ def _outcome(runs: dict[str, dict[str, Any]]) -> str:
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """Import ``densegate`` (from ``args.tree`` if given), replay once, say what it took."""
+    if args.pin is not None:  # before any thread starts: the baseline's ranks are threads
+        os.sched_setaffinity(0, {args.pin})
     if args.tree:  # the export, and nothing of this tree's install
         sys.path[:] = [args.tree] + [p for p in sys.path if "__editable__" not in p]
     from densegate.lab.bench import WORKLOADS, bench_config
@@ -129,7 +136,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 def _measure(args: argparse.Namespace, tree: str, workload: str, replay: str) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--worker", "--tree", tree, "--workload", workload,
            "--replay", replay, "--dp", str(args.dp), "--requests", str(args.requests),
-           "--policies", args.policies, "--cost", args.cost, "--load", str(args.load)]  # fmt: skip
+           "--policies", args.policies, "--cost", args.cost, "--load", str(args.load),
+           *(() if args.pin is None else ("--pin", str(args.pin)))]  # fmt: skip
     env = dict(os.environ, PYTHONPATH="")  # the worker chooses its densegate itself
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     got: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
@@ -147,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=0.9, help="the seconds row's --load")
     ap.add_argument("--repeats", type=int, default=3, help="runs per tree and row (median)")
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    ap.add_argument("--pin", type=int, default=None, metavar="CPU",
+                    help="run every measurement on this one CPU (Linux): the baseline's "
+                    "rank threads then hand over on one core")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measure")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--tree", default="", help=argparse.SUPPRESS)
@@ -161,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     key = f"{args.clock}_s"
     print(f"modeled DP replay, dp={args.dp}, {args.requests} requests per rank, policies "
           f"{args.policies}, {args.cost}; medians of {args.repeats} run(s) per tree, "
-          f"{args.clock} seconds, trees alternating; baseline {args.baseline}")  # fmt: skip
+          f"{args.clock} seconds, trees alternating; baseline {args.baseline}"
+          + ("" if args.pin is None else f"; pinned to CPU {args.pin}"))  # fmt: skip
     head = f"{'workload':>11} {'replay':>7} {'tree':>8} {'decisions':>9} {'ticks':>6} "
     print(head + f"{'s':>7} {'decisions/s':>11} {'ticks/s':>8} | to baseline")
     ok = True

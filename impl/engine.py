@@ -229,6 +229,8 @@ class Engine:
 
     def _apply_deferred(self) -> list[Request]:
         """End the deferred aborts no pass has finished; returns those it ended."""
+        if not self._deferred:  # the usual pass
+            return []
         ended = [r for r in self._deferred if not r.status.ended]
         for r in ended:
             self.scheduler.abort(r)
@@ -302,7 +304,7 @@ class Engine:
         self._strikes.succeeded(batch)
         got = self.scheduler.update(batch, tokens, t2)
         aborted = self._apply_deferred()
-        self._live -= sum(r.status is RequestStatus.FINISHED for r in got)
+        self._live -= [r.status for r in got].count(RequestStatus.FINISHED)
         if self.report_outputs:
             outputs += [self._output(r, [r.output_token_ids[-1]]) for r in got]
             outputs += [self._output(r, []) for r in aborted if not any(g is r for g in got)]
@@ -326,8 +328,7 @@ class Engine:
         return PassFailed(batch.index, error, [r.request_id for r in aborted], again)
 
     def _drain_unreported(self) -> list[RequestOutput]:
-        outputs = self._held + [self._output(r, []) for r in self._unreported]
-        self._held = []
+        outputs, self._held = self._held + [self._output(r, []) for r in self._unreported], []
         self._unreported.clear()
         return outputs
 

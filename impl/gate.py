@@ -53,6 +53,10 @@ class Reason(enum.Enum):
     """Aligned gate, paced mode only: work waits and not every rank can fill a dense
     pass, so the tick fires with the pace cap (``Decision.cap``) instead of holding."""
 
+    # A member is equal only to itself: its identity is its hash, in C (Enum's hashes the
+    # name in Python), for the tables keyed by reason that every pass reads.
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:

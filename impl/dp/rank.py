@@ -174,7 +174,7 @@ class _RankLoop:
         """The tick's all-reduce; after a failure, the survivors' (None: store gone)."""
         group = self.group
         while True:
-            agreed = group.apply(self.rank, self.report, tick)
+            agreed = None if group.pending is None else group.apply(self.rank, self.report, tick)
             if agreed is not None:
                 self._apply(agreed)
             vec = self._vector(plan, prev)

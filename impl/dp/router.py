@@ -60,7 +60,7 @@ class Router:
         """Take the loads of every rank from the latest all-reduce."""
         if len(loads) != self._world:
             raise ValueError(f"Router.observe needs {self._world} loads, got {len(loads)}")
-        self._loads = [int(x) for x in loads]
+        self._loads = list(map(int, loads))
 
     def route(self, cost: int = 1) -> int:
         """The rank for the next arrival; least-loaded adds ``cost`` (its prompt

@@ -57,10 +57,9 @@ class RuntimeGate(AlignedGate):
         then ``ANY_WORK``, ``prev`` and ``loads``."""
         used = sched.config.num_blocks - sched.blocks.num_free
         capped = min(plan.waiting_tokens, self._dense)
-        vec = [1, int(capped > 0), capped, len(plan.decodes), int(used >= kv_high)]
-        vec += (int(bool(plan.partials)), int(bool(sched.waiting or sched.running)), *prev)
-        vec += loads
-        return vec
+        work = 1 if sched.waiting or sched.running else 0
+        return [1, 1 if capped > 0 else 0, capped, len(plan.decodes), 1 if used >= kv_high else 0,
+                1 if plan.partials else 0, work, *prev, *loads]  # fmt: skip
 
     def decide_sum(self, total: Sequence[int], tick: int) -> Decision:
         """``decide(ReducedObservation.from_sum(...), tick)`` of the runtime's own sum."""

@@ -43,6 +43,10 @@ def rejection(
     why = length_rejection(cfg, len(prompt_token_ids), max_tokens)
     if why is not None:
         return why
+    if not prompt_token_ids or (  # in C first: the loop only names the first bad id
+        min(prompt_token_ids) >= 0 and (vocab is None or max(prompt_token_ids) < vocab)
+    ):
+        return None
     for i, t in enumerate(prompt_token_ids):
         if t < 0 or (vocab is not None and t >= vocab):
             bound = f"[0, {vocab})" if vocab is not None else ">= 0"
@@ -54,7 +58,8 @@ def checked_request(prompt_token_ids: object, max_tokens: object) -> list[int]:
     """The prompt as a list of ints; ``ValueError`` naming a value of the wrong type."""
     if isinstance(prompt_token_ids, (str, bytes)) or not isinstance(prompt_token_ids, Sequence):
         raise ValueError(f"prompt_token_ids must be a list of ints, got {prompt_token_ids!r}")
-    bad = next((t for t in prompt_token_ids if not is_int(t)), None)
+    exact = set(map(type, prompt_token_ids)) <= {int}  # in C: the usual case, all ints
+    bad = None if exact else next((t for t in prompt_token_ids if not is_int(t)), None)
     if bad is not None:
         raise ValueError(f"prompt_token_ids must hold ints, got {bad!r}")
     why = int_problem("max_tokens", max_tokens)

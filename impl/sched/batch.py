@@ -7,6 +7,7 @@ file: a pass is a list of per-sequence chunks over a paged KV cache.
 from __future__ import annotations
 
 import enum
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -14,6 +15,8 @@ from typing import Protocol, runtime_checkable
 from densegate.impl.validation import check_int
 
 __all__ = ["BatchKind", "KVLayout", "NullRunner", "Runner", "ScheduledBatch", "SeqChunk"]
+
+_SAMPLE = operator.attrgetter("sample")
 
 
 class BatchKind(enum.Enum):
@@ -107,5 +110,4 @@ class NullRunner:
         self.token = token
 
     def execute(self, batch: ScheduledBatch) -> Sequence[int]:
-        n = sum(c.sample for c in batch.prefills) + sum(c.sample for c in batch.decodes)
-        return [self.token] * n
+        return [self.token] * (sum(map(_SAMPLE, batch.prefills)) + sum(map(_SAMPLE, batch.decodes)))

@@ -19,6 +19,8 @@ from densegate.impl.sched.scheduler import Scheduler
 
 __all__ = ["MalformedResult", "PassFailed", "Strikes", "checked_tokens"]
 
+_SAMPLE = operator.attrgetter("sample")
+
 
 class MalformedResult(ValueError):
     """The runner returned something other than one token id per sampled chunk."""
@@ -42,9 +44,9 @@ class PassFailed(RuntimeError):
 def checked_tokens(batch: ScheduledBatch, tokens: object, vocab: int | None) -> list[int]:
     """``tokens`` as one int per sampled chunk of ``batch``, each in ``[0, vocab)``; else
     ``MalformedResult`` saying what is wrong, before any request sees a token."""
-    want = sum(c.sample for c in batch.prefills) + sum(c.sample for c in batch.decodes)
+    want = sum(map(_SAMPLE, batch.prefills)) + sum(map(_SAMPLE, batch.decodes))
     try:
-        got = [operator.index(t) for t in tokens]  # type: ignore[attr-defined]
+        got = list(map(operator.index, tokens))  # type: ignore[call-overload]
     except TypeError as e:
         why = f"runner returned {type(tokens).__name__}, not token ids ({e})"
         raise MalformedResult(why) from None
@@ -52,7 +54,9 @@ def checked_tokens(batch: ScheduledBatch, tokens: object, vocab: int | None) -> 
         raise MalformedResult(
             f"runner returned {len(got)} token(s) for pass {batch.index}, which samples {want}"
         )
-    bad = next((t for t in got if t < 0 or (vocab is not None and t >= vocab)), None)
+    bad = None
+    if got and (min(got) < 0 or (vocab is not None and max(got) >= vocab)):  # in C first
+        bad = next(t for t in got if t < 0 or (vocab is not None and t >= vocab))
     if bad is not None:
         bound = f"[0, {vocab})" if vocab is not None else ">= 0"
         raise MalformedResult(f"runner returned token id {bad}, outside the vocabulary {bound}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from densegate.impl.gate import Reason
+from densegate.impl.sched.fast_init import fast_init
 from densegate.impl.sched.request import Request
 
 __all__ = ["PassPlan", "PassRecord"]
@@ -29,6 +30,7 @@ class PassPlan:
         return len(self.decodes)
 
 
+@fast_init  # one per pass
 @dataclass(frozen=True, slots=True)
 class PassRecord:
     """One pass, as ``Scheduler.pass_log`` keeps it."""

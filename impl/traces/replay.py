@@ -116,11 +116,12 @@ class PassStats:
         if rec.failed:  # nothing ran: outside S6's premise, as a preemption is
             self.failed_passes += 1
             self.preempting_passes.add(rec.index)
-        self.reasons[rec.reason.name] += 1
+        name = rec.reason._name_  # .name, without the enum property's call
+        self.reasons[name] += 1
         self.preempted += rec.preempted
         if rec.preempted:
             self.preempting_passes.add(rec.index)
-        if rec.reason.name == "EMPTY":
+        if name == "EMPTY":
             self.empty_passes.add(rec.index)
         if rec.prefill_tokens:
             self.prefill_passes += 1
@@ -128,7 +129,7 @@ class PassStats:
             if rec.interrupts_decode:
                 self.interrupting += 1
                 if rec.prefill_tokens < self.dense_tokens:
-                    self.underfull_interrupting[rec.reason.name] += 1
+                    self.underfull_interrupting[name] += 1
         elif rec.decode_seqs:
             self.decode_only_passes += 1
 

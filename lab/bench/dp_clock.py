@@ -15,6 +15,7 @@ gives the phase's TTFT and ITL in ms from arrival seconds and tokens per second.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from densegate.lab.cost.timeline import TimeFigures
 
 __all__ = ["US", "ModeledClocks", "PhaseClock"]
 
+_START = operator.attrgetter("start")
 US = 1_000_000
 """Clock units per second: arrivals and tick ends are integer microseconds."""
 
@@ -78,7 +80,7 @@ class _PricedRunner:
     def execute(self, batch: ScheduledBatch) -> Sequence[int]:
         clock, index, decodes = self.clock, batch.index, batch.decodes
         # PassWork.from_batch's decode_context: the sum of (start + 1) over the decodes.
-        key = (len(decodes), sum(c.start for c in decodes) + len(decodes))
+        key = (len(decodes), sum(map(_START, decodes)) + len(decodes))
         floor = self.decode_us.get(key)
         if floor is None:
             alone = PassWork(decode_seqs=key[0], decode_context=key[1])

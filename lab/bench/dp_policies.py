@@ -54,6 +54,7 @@ __all__ = ["CLOCKS", "DP_POLICIES", "TOKENS_SLACK", "PeerCollective", "PeerHooks
 DP_POLICIES = ("densegate", "gate-off", *PEERS)
 """``--policies`` names with ``--dp``, in table order."""
 _PHASE = {"densegate": COORDINATED, "gate-off": BASELINE}
+_FIRE, _HOLD = Decision(True, Reason.DENSE), Decision(False, Reason.HOLD)  # a peer's verdicts
 TOKENS_SLACK = 0.995
 """Issue 31's goal: densegate's tokens/s at least this times the best peer's."""
 _EXTRA = 4  # full_ranks, low_usage_ranks, no_decode_ranks, batch_full_ranks
@@ -135,10 +136,11 @@ class _PeerPhase:
         self.decisions.append((self.tick, fire, reason))
         if fire and not plan.preempted:  # a release: does it leave requests waiting?
             self.left_waiting = len(sched.waiting) > len(plan.admits)
-        return self._inner(plan, Decision(fire, Reason.DENSE if fire else Reason.HOLD))
+        return self._inner(plan, _FIRE if fire else _HOLD)
 
     def finish(self, report: RankReport) -> None:
         report.decisions = list(self.decisions)
+        del self.engine.execute  # the engine's own again: no cycle keeps the phase alive
 
 
 class _Quiet:

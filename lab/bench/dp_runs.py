@@ -14,7 +14,7 @@ a greenlet of ONE thread, in rank order: a rank's collective call switches back
 to the driver, which runs the next rank, and once every rank has called it sums
 once and resumes them all, deterministically; the ranks share one draw of the
 prompts (``densegate.impl.dp.config.shared_prompts``). ``threads`` is the older
-one, kept to measure against (``benchmarks/dp_replay_speed.py``): a thread per
+one, kept as the reference the tests hold the greenlet one to: a thread per
 rank over a ``threading.Barrier``, every rank drawing its own prompts. Both
 offer the ranks a ``rendezvous`` (``InProcessGroup``).
 """
@@ -212,8 +212,8 @@ class _GreenletGroup(InProcessGroup):
         lets = [greenlet.greenlet(b) for b in bodies]
         errors: list[BaseException] = []
         replies: dict[int, Any] = dict.fromkeys(range(len(lets)))
-        collecting = gc.isenabled()  # the ranks' state only grows while they run: no
-        gc.disable()  # collection could free any of it, and full ones walk all of it
+        collecting = gc.isenabled()  # paused: collections would walk the ranks' growing
+        gc.disable()  # state again and again; what they leave is collected once they stop
         try:
             while replies:
                 calls: dict[int, tuple[str, Any]] = {}
@@ -221,7 +221,7 @@ class _GreenletGroup(InProcessGroup):
                     if reply is _BROKEN and not lets[r]:
                         continue  # never started: nothing to stop
                     try:
-                        got = lets[r].switch(*(() if reply is None else (reply,)))
+                        got = lets[r].switch() if reply is None else lets[r].switch(reply)
                     except BaseException as e:  # raised by the caller once all stopped
                         errors.append(e)
                         self.broken = self.broken or f"rank {r} failed: {e!r}"
@@ -246,8 +246,8 @@ class _GreenletGroup(InProcessGroup):
         if self.broken is None and kinds == {_REDUCE}:
             vectors = [calls[r][1] for r in range(self.world)]
             if len({len(v) for v in vectors}) == 1:
-                total = [sum(col) for col in zip(*vectors, strict=True)]
-                return {r: list(total) for r in range(self.world)}
+                total = list(map(sum, zip(*vectors, strict=True)))
+                return {r: total.copy() for r in range(self.world)}
             self.broken = f"all_reduce_sum of lengths {[len(v) for v in vectors]}"
         if self.broken is None:
             return dict.fromkeys(calls, True)  # a rendezvous: resumed with a non-None word

@@ -13,11 +13,13 @@ measured profile, one coefficient vector per pass kind) and the roofline in
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from densegate.impl.sched.batch import ScheduledBatch
+from densegate.impl.sched.fast_init import fast_init
 from densegate.impl.validation import (
     check_int,
     check_nonnegative_float,
@@ -35,6 +37,16 @@ __all__ = [
     "tick_ms",
 ]
 
+_START = operator.attrgetter("start")
+_COUNTS = operator.attrgetter(
+    "prefill_tokens",
+    "prefill_chunks",
+    "prefill_pairs",
+    "prefill_context",
+    "decode_seqs",
+    "decode_context",
+)
+"""A work's fields in ``as_list``'s order, read in C."""
 KINDS = ("prefill", "mixed", "decode_eager", "decode_graph")
 """Pass kinds, as the torch runner times them (``StepKind`` values)."""
 
@@ -49,6 +61,7 @@ FEATURES = (
 """What a linear model's coefficients multiply, in order (``PassWork.features``)."""
 
 
+@fast_init  # one per pass, or two
 @dataclass(frozen=True, slots=True)
 class PassWork:
     """What one pass computes; every field is a count, so the model is exact in its inputs."""
@@ -74,7 +87,7 @@ class PassWork:
             ctx += c.start + n
         decodes = batch.decodes  # decode_context: the sum of (start + 1) over them
         return cls(
-            tokens, chunks, pairs, ctx, len(decodes), sum(c.start for c in decodes) + len(decodes)
+            tokens, chunks, pairs, ctx, len(decodes), sum(map(_START, decodes)) + len(decodes)
         )
 
     @property
@@ -93,14 +106,7 @@ class PassWork:
         )
 
     def as_list(self) -> list[int]:
-        return [
-            self.prefill_tokens,
-            self.prefill_chunks,
-            self.prefill_pairs,
-            self.prefill_context,
-            self.decode_seqs,
-            self.decode_context,
-        ]
+        return list(_COUNTS(self))
 
     @classmethod
     def from_list(cls, xs: Sequence[int]) -> PassWork:

@@ -38,6 +38,9 @@ __all__ = [
 ]
 
 
+_INT = {int}
+
+
 class PassTimeline:
     """Per pass run: its work and measured start and end; per sequence: its token passes."""
 
@@ -127,7 +130,7 @@ def _latencies(
         passes = tokens.get(seq, ())
         if not passes:
             continue
-        ends = [end_at[p] for p in passes]
+        ends = list(map(end_at.__getitem__, passes))
         ttft.append(1e3 * (ends[0] - arrived))
         itl.extend(1e3 * (b - a) for a, b in itertools.pairwise(ends))
     return sum(len(v) for v in tokens.values()), ttft, itl
@@ -248,15 +251,13 @@ def dp_figures(ranks: Sequence[Mapping[str, Any]], model: PassModel | None = Non
     for r in ranks:
         for row in r["work"]:
             counts = row[1:]
-            if (
-                type(counts) is list
-                and len(counts) == 6
-                and all(type(x) is int and x >= 0 for x in counts)
-            ):
+            # Exact ints only: a float or a bool equal to a priced work would find its price.
+            if type(counts) is list and len(counts) == 6 and set(map(type, counts)) == _INT:
                 same = tuple(counts)
                 ms = priced.get(same)
                 if ms is None:
-                    ms = priced[same] = model.pass_ms(PassWork(*counts))
+                    work = PassWork(*counts) if min(counts) >= 0 else PassWork.from_list(counts)
+                    ms = priced[same] = model.pass_ms(work)
             else:
                 ms = model.pass_ms(PassWork.from_list(counts))
             t = int(row[0])
