@@ -39,6 +39,7 @@ import z3
 
 from densegate.impl.dp_gate import AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import Reason
+from densegate.proofs.refinement.conform import ProvedProperty
 from densegate.proofs.refinement.symbolic import (
     Classes,
     NoTracing,
@@ -235,26 +236,17 @@ def _flags(factory: AlignedFactory, run: Mapping[str, Any], ticks: int) -> dict[
 
 
 @dataclass(frozen=True)
-class AlignedVerdict:
-    prop: Property
-    status: str  # proved | refuted | out of reach | vacuous
-    seconds: float
-    run: dict[str, Any] | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class AlignedProofReport:
     target: str
     ticks: int
-    results: tuple[AlignedVerdict, ...]
+    results: tuple[ProvedProperty, ...]
     seconds: float
 
     @property
     def proved(self) -> bool:
         return all(r.status == "proved" for r in self.results)
 
-    def __getitem__(self, pid: str) -> AlignedVerdict:
+    def __getitem__(self, pid: str) -> ProvedProperty:
         return next(r for r in self.results if r.prop.id == pid)
 
     def format(self) -> str:
@@ -325,9 +317,9 @@ def prove_aligned_conforms(
                 if out.passed == 0
                 else f"configuration class {', '.join(missed)} reached by no explored path"
             )
-            results.append(AlignedVerdict(prop, "vacuous", out.seconds, None, why))
+            results.append(ProvedProperty(prop, "vacuous", out.seconds, None, why))
         elif out.status == "proved":
-            results.append(AlignedVerdict(prop, "proved", out.seconds))
+            results.append(ProvedProperty(prop, "proved", out.seconds))
         elif out.status == "refuted" and out.witness is not None:
             w = out.witness
             run = {k: w[k] for k in PARAMS}
@@ -335,12 +327,12 @@ def prove_aligned_conforms(
             flags = _flags(factory, w, ticks)
             if pid in flags:
                 detail = f"replayed on the gate and the spec: {flags[pid]}"
-                results.append(AlignedVerdict(prop, "refuted", out.seconds, run, detail))
+                results.append(ProvedProperty(prop, "refuted", out.seconds, run, detail))
             else:
                 why = f"witness {run} ({out.detail}) did not break {pid} when replayed"
-                results.append(AlignedVerdict(prop, "out of reach", out.seconds, run, why))
+                results.append(ProvedProperty(prop, "out of reach", out.seconds, run, why))
         else:
-            results.append(AlignedVerdict(prop, "out of reach", out.seconds, None, out.detail))
+            results.append(ProvedProperty(prop, "out of reach", out.seconds, None, out.detail))
     target = (
         name or f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
     )
