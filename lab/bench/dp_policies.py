@@ -75,6 +75,11 @@ class PeerCollective:
         self.reduced_extra = [0] * _EXTRA
         self.reduced: list[int] = []
 
+    @property
+    def keeps_stream(self) -> bool:
+        """The inner collective's: whether anyone reads the ranks' stream records."""
+        return bool(getattr(self.inner, "keeps_stream", True))
+
     def all_reduce_sum(self, vector: Sequence[int], *, first: bool = False) -> list[int]:
         total = self.inner.all_reduce_sum([*vector, *self.extra], first=first)
         self.reduced = total[: len(vector)]

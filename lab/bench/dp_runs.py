@@ -338,9 +338,9 @@ def run_rank_threads(
     """Every phase of ``config`` on ``dp`` ranks over one in-process group; rank -> its
     phase reports, alike on either driver (default ``default_driver()``).
 
-    ``wrap`` may extend each rank's collective (a wrapper without its own
-    ``keeps_stream`` gets the inner one's). ``group`` (from ``make_group``, of
-    ``dp`` ranks) lets hooks made beforehand hold it, to ``rendezvous``; else one
+    ``wrap`` may extend each rank's collective (a wrapper without ``keeps_stream``
+    gets stream records built; ``PeerCollective`` forwards the inner one's).
+    ``group`` (from ``make_group``, of ``dp`` ranks) lets hooks made beforehand hold it, to ``rendezvous``; else one
     is made on ``driver`` with ``config.timeout_s``. ``clocks`` go to every rank,
     bound to the group's ``rendezvous``. A failing rank aborts the group and is
     raised, as ``RuntimeError``, once every rank has stopped."""
@@ -354,14 +354,8 @@ def run_rank_threads(
 
     def body(rank: int) -> Callable[[], object]:
         def run() -> None:
-            inner = InProcessCollective(group, rank)
-            coll = wrap(inner)
-            if not hasattr(coll, "keeps_stream"):
-                setattr(coll, "keeps_stream", inner.keeps_stream)  # noqa: B010
-            if clocks is None:
-                results[rank] = run_rank(rank, dp, trace, config, coll, hooks=hooks)
-            else:
-                results[rank] = run_rank(rank, dp, trace, config, coll, hooks=hooks, clocks=clocks)
+            coll = wrap(InProcessCollective(group, rank))
+            results[rank] = run_rank(rank, dp, trace, config, coll, hooks=hooks, clocks=clocks)
 
         return run
 
