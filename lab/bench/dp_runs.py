@@ -340,7 +340,8 @@ def run_rank_threads(
 
     ``wrap`` may extend each rank's collective (a wrapper without ``keeps_stream``
     gets stream records built; ``PeerCollective`` forwards the inner one's).
-    ``group`` (from ``make_group``, of ``dp`` ranks) lets hooks made beforehand hold it, to ``rendezvous``; else one
+    ``group`` (from ``make_group``, of ``dp`` ranks) lets hooks made beforehand hold
+    it, to ``rendezvous``; else one
     is made on ``driver`` with ``config.timeout_s``. ``clocks`` go to every rank,
     bound to the group's ``rendezvous``. A failing rank aborts the group and is
     raised, as ``RuntimeError``, once every rank has stopped."""
