@@ -18,7 +18,7 @@ import z3
 
 from densegate.proofs.common import named_mutant, patch
 from densegate.proofs.obligation import Mutant
-from densegate.spec.dp_gate import DpConditions, DpMachine, reason
+from densegate.spec.dp_gate import DpConditions, DpMachine, everyone_dense, reason
 from densegate.spec.machine import Command, Vars
 
 __all__ = ["DP_MUTANTS"]
@@ -33,6 +33,17 @@ def _cond(**fields: object) -> type[DpMachine]:
             return replace(c, **{k: f(self, p, s, o, c) for k, f in fields.items()})  # type: ignore[operator]
 
     return _M
+
+
+def _filled_or(everyone: Callable[[Vars, Vars], z3.BoolRef]) -> type[DpMachine]:
+    """The spec machine with the every-rank half of its dense test replaced."""
+    return _cond(
+        dense=lambda m, p, s, o, c: z3.Or(everyone(p, o), z3.And(o["Fl"] > 0, z3.Not(p["pc"])))
+    )
+
+
+def _waiting_or_vacant(p: Vars, o: Vars) -> z3.BoolRef:
+    return o["W"] + o["Va"] == p["N"]
 
 
 def _counts(command: str, h: Callable[[Vars, Vars, Vars], z3.ExprRef]) -> type[DpMachine]:
@@ -189,7 +200,7 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
         "the cross-rank delayer holds even when the gate is disabled",
     ),
     "local_dense": (
-        _cond(dense=lambda m, p, s, o, c: o["lf"] >= p["T"]),
+        _cond(dense=lambda m, p, s, o, c: o["lfl"] == 1),
         "density judged on this rank's own queue (the original's local 'prefillable')",
     ),
     "local_tail_escape": (
@@ -231,16 +242,28 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
         "the enabled flag is ignored",
     ),
     "dense_strict": (
-        _cond(dense=lambda m, p, s, o, c: z3.And(o["W"] == p["N"], o["F"] > p["T"] * p["N"])),
+        _filled_or(lambda p, o: z3.And(o["W"] == p["N"], o["F"] > p["T"] * p["N"])),
         "dense test F > T*N instead of F >= T*N",
     ),
     "dense_any_rank": (
-        _cond(dense=lambda m, p, s, o, c: z3.And(o["W"] >= 1, o["F"] >= p["T"] * p["N"])),
-        "dense without every rank waiting: idle ranks decode through a mixed tick",
+        _filled_or(lambda p, o: z3.And(o["W"] >= 1, o["F"] >= p["T"] * p["N"])),
+        "dense without every rank waiting or one filled: idle ranks decode through a mixed tick",
     ),
     "dense_unscaled": (
-        _cond(dense=lambda m, p, s, o, c: z3.And(o["W"] == p["N"], o["F"] >= p["T"])),
+        _filled_or(lambda p, o: z3.And(o["W"] == p["N"], o["F"] >= p["T"])),
         "fill threshold not scaled by the number of ranks",
+    ),
+    "dense_world_fill": (
+        _cond(dense=lambda m, p, s, o, c: everyone_dense(p, o)),
+        "DENSE only once every rank waits with the world's fill: a filled rank held by cold ones",
+    ),
+    "idle_rank_held": (
+        _cond(decoding=lambda m, p, s, o, c: o["D"] > 0),
+        "a rank with waiting work and no decode held while other ranks decode",
+    ),
+    "aligned_waits_for_vacant": (
+        _cond(aligned=lambda m, p, s, o, c: z3.And(p["al"], o["W"] == p["N"], s["h"] >= p["A"])),
+        "ALIGNED waits for vacant ranks (nothing waiting or decoding) to get work",
     ),
     "stall_zero_not_off": (
         _cond(
@@ -257,11 +280,13 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
         "aligned release once any rank waits: idle ranks decode through a mixed tick",
     ),
     "aligned_off_by_one": (
-        _cond(aligned=lambda m, p, s, o, c: z3.And(p["al"], o["W"] == p["N"], s["h"] > p["A"])),
+        _cond(
+            aligned=lambda m, p, s, o, c: z3.And(p["al"], _waiting_or_vacant(p, o), s["h"] > p["A"])
+        ),
         "aligned release at h > A instead of h >= A: one more held tick once aligned",
     ),
     "aligned_ignores_flag": (
-        _cond(aligned=lambda m, p, s, o, c: z3.And(o["W"] == p["N"], s["h"] >= p["A"])),
+        _cond(aligned=lambda m, p, s, o, c: z3.And(_waiting_or_vacant(p, o), s["h"] >= p["A"])),
         "aligned release fires even when configured off",
     ),
     "aligned_local": (

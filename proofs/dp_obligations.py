@@ -24,7 +24,8 @@ from densegate.proofs.common import (
 )
 from densegate.proofs.dp_mutants import DP_MUTANTS
 from densegate.proofs.obligation import Monitor, Mutant, Obligation, Prop, Step
-from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair, reason, same_reason
+from densegate.spec.dp_gate import DP, DpMachine, reason, same_reason
+from densegate.spec.dp_products import one_rank, pair
 from densegate.spec.machine import Machine, Vars
 from densegate.spec.properties import statement
 
@@ -53,9 +54,16 @@ def _two_budgets_visible(p: Vars) -> z3.BoolRef:
 
 
 def _dense(p: Vars, o: Vars) -> z3.BoolRef:
-    """Every rank waits and the aggregate reaches T tokens per rank: stated apart from the
-    machine, so a mutant that changes the machine's test cannot change the property."""
-    return z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
+    """Every rank waits and the aggregate reaches T tokens per rank, or (paced mode off)
+    some rank is filled on its own: stated apart from the machine, so a mutant that
+    changes the machine's test cannot change the property."""
+    everyone = z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
+    return z3.Or(everyone, z3.And(o["Fl"] > 0, z3.Not(p["pc"])))
+
+
+def _unheld(p: Vars, o: Vars) -> z3.BoolRef:
+    """Work waits and no rank decodes, or some waiting rank has no decode of its own."""
+    return z3.And(o["W"] > 0, z3.Or(o["D"] == 0, o["Nd"] > 0))
 
 
 def _d1(st: Step) -> z3.BoolRef:
@@ -71,10 +79,13 @@ def _d1_inv(p: Vars, s: Vars) -> z3.BoolRef:
 
 
 def _d3(st: Step) -> z3.BoolRef:
-    o = st.o
+    p, o = st.p, st.o
     return z3.And(
-        z3.Implies(z3.And(o["W"] > 0, o["D"] == 0), st.out["fire"]),
-        z3.Implies(st.out["reason"] == reason("NO_DECODE"), o["D"] == 0),
+        z3.Implies(_unheld(p, o), st.out["fire"]),
+        z3.Implies(
+            st.out["reason"] == reason("NO_DECODE"),
+            z3.Or(o["D"] == 0, z3.And(o["Nd"] > 0, z3.Not(p["pc"]))),
+        ),
     )
 
 
@@ -96,14 +107,14 @@ def _d7(st: Step) -> z3.BoolRef:
         z3.Implies(st.out["reason"] == reason("DENSE"), _dense(p, o)),
         z3.Implies(
             z3.Not(st.out["fire"]),
-            z3.And(p["enabled"], o["W"] > 0, o["D"] > 0, z3.Not(_dense(p, o))),
+            z3.And(p["enabled"], o["W"] > 0, z3.Not(_unheld(p, o)), z3.Not(_dense(p, o))),
         ),
     )
 
 
 def _d8(st: Step) -> z3.BoolRef:
     p, o, h = st.p, st.o, st.s["h"]
-    ready = z3.And(p["al"], o["W"] == p["N"], h >= p["A"])
+    ready = z3.And(p["al"], o["W"] + o["Va"] == p["N"], h >= p["A"])
     return z3.And(
         z3.Implies(st.out["reason"] == reason("ALIGNED"), ready),
         z3.Implies(z3.And(ready, p["enabled"], o["D"] > 0), st.out["fire"]),
@@ -178,7 +189,7 @@ DP_OBLIGATIONS: list[Obligation] = [
         "D3",
         _d3,
         true_invariant,
-        ["tail_escape_dropped", "local_tail_escape"],
+        ["tail_escape_dropped", "local_tail_escape", "idle_rank_held"],
     ),
     _ob(
         "D4",
@@ -199,7 +210,6 @@ DP_OBLIGATIONS: list[Obligation] = [
         lambda p, s: s["h"] == s["dp_h"],
         [
             "two_budgets",
-            "dense_strict",
             "stall_zero_not_off",
             "kv_valve_ignores_flag",
             "count_while_empty",
@@ -212,12 +222,23 @@ DP_OBLIGATIONS: list[Obligation] = [
         "D7",
         _d7,
         true_invariant,
-        ["dense_any_rank", "dense_unscaled", "dense_strict", "tail_escape_dropped"],
+        [
+            "dense_any_rank",
+            "dense_unscaled",
+            "dense_strict",
+            "dense_world_fill",
+            "tail_escape_dropped",
+        ],
     ),
     _ob(
         "D8",
         _d8,
         true_invariant,
-        ["aligned_any_rank", "aligned_off_by_one", "aligned_ignores_flag"],
+        [
+            "aligned_any_rank",
+            "aligned_off_by_one",
+            "aligned_ignores_flag",
+            "aligned_waits_for_vacant",
+        ],
     ),
 ]

@@ -4,7 +4,7 @@ One rank's copy of the gate. Parameters: ``B`` (dense_tokens), ``K``
 (max_hold_passes), ``N`` >= 1 ranks (symbolic, unbounded), ``T`` the per-rank
 fill threshold ``ceil(target_fill * B)``, ``S`` stall ticks (0 = off), ``kv``
 (KV-pressure valve on), ``enabled``, ``al`` (the aligned release on) and ``A``
-(its ``align_ticks``: fire once every rank waits and ``h >= A``), ``pc`` (the paced
+(its ``align_ticks``: fire once every rank waits or is vacant and ``h >= A``), ``pc`` (the paced
 mode on) and ``Cp`` (its cap, ``pace_tokens``; a cost model outside the spec picks it,
 so the spec takes any value in ``[cmin, cmax]``, the least prefill a fire runs and the
 pass's token budget, which the gate itself never reads). State: ``h``
@@ -12,16 +12,22 @@ pass's token budget, which the gate itself never reads). State: ``h``
 fill) and ``g`` (tick it last grew). The observation is the SUM-reduced vector
 every rank sees alike (``W``
 ranks waiting, ``F`` aggregate capped fill, ``D`` decodes, ``P`` ranks under KV
-pressure, ``C`` ranks mid chunked prefill, ``t`` the shared tick) plus this
-rank's own summand and wall clock, which the gate must ignore. Outputs: ``fire``,
+pressure, ``C`` ranks mid chunked prefill, ``Fl`` ranks whose own capped fill reaches
+``T``, ``Nd`` waiting ranks with no decode, ``Va`` vacant ranks (nothing waiting, nothing
+decoding), ``t`` the shared tick) plus this rank's own summand and wall clock, which the
+gate must ignore. The per-rank counts are what keep one rank's emptiness from holding
+another: a filled rank fires DENSE, a no-decode rank NO_DECODE, and ALIGNED does not
+wait for vacant ranks. Outputs: ``fire``,
 ``reason`` and ``cap`` (the prefill-token cap of a FIRE, 0 for none). Keeping the local
 view in the observation is what lets a mutant leak it, and the two-rank product
-(``pair``) catch the leak: agreement is a theorem, not an absence of variables.
+(``densegate.spec.dp_products.pair``) catch the leak: agreement is a theorem, not an
+absence of variables.
 Ticks are any non-negative ints: nothing proved assumes they increase, so a
 skipped or repeated tick can only shift when STALL fires.
 
-``one_rank`` states the refinement: with ``N = 1``, ``T = B``, ``S = 0``, the KV
-valve, the aligned release and the paced mode off, this machine and
+``densegate.spec.dp_products.one_rank`` states the refinement: with ``N = 1``,
+``T = B``, ``S = 0``, the KV valve, the aligned release and the paced mode off, this
+machine and
 ``densegate.spec.gate.GATE`` take the same decision on the same pass.
 """
 
@@ -29,27 +35,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import product
 from typing import ClassVar
 
 import z3
 
 from densegate.spec import gate as single
-from densegate.spec.machine import Command, Machine, Sort, Vars
+from densegate.spec.machine import Command, Machine, Vars
 
 __all__ = ["DP", "LOCAL", "REASONS", "SHARED", "DpConditions", "DpMachine", "DpReason",
-           "one_rank", "pair", "reason", "same_reason"]  # fmt: skip
+           "everyone_dense", "reason", "same_reason"]  # fmt: skip
 
 REASONS = (*single.REASONS, "KV_PRESSURE", "STALL", "ALIGNED", "PACED")
 """In ``densegate.impl.Reason`` order: the single-rank six, then the aligned gate's rules."""
 DpReason, _reason_values = z3.EnumSort("DpReason", list(REASONS))
 _BY_NAME = dict(zip(REASONS, _reason_values, strict=True))
 
-SHARED = ("W", "F", "D", "P", "C", "t")
+SHARED = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va", "t")
 """The reduced vector and the tick: identical on every rank by construction."""
-LOCAL = ("lw", "lf", "ld", "lp", "clock")
-"""This rank's own (l for local) waiting bit, capped tokens, decodes, KV bit, and its wall
-clock: different on every rank, and never to be read by the decision."""
+LOCAL = ("lw", "lf", "ld", "lp", "lfl", "lnd", "lva", "clock")
+"""This rank's own (l for local) waiting bit, capped tokens, decodes, KV bit, filled,
+no-decode and vacant bits, and its wall clock: different on every rank, and never to be
+read by the decision."""
 
 
 def reason(name: str) -> z3.ExprRef:
@@ -124,6 +130,7 @@ class DpMachine(Machine):
         B, N = p["B"], p["N"]
         W, F, D, P, C = o["W"], o["F"], o["D"], o["P"], o["C"]
         reduced = [
+            *_counts_ok(N, W, o["Fl"], o["Nd"], o["Va"]),
             W >= 0,
             W <= N,
             W <= F,  # a waiting rank offers >= 1 token ...
@@ -139,6 +146,8 @@ class DpMachine(Machine):
         rW, rF, rD = W - o["lw"], F - o["lf"], D - o["ld"]
         rP = P - o["lp"]
         local = [
+            *_local_bits_ok(p, o),
+            *_counts_ok(N - 1, rW, o["Fl"] - o["lfl"], o["Nd"] - o["lnd"], o["Va"] - o["lva"]),
             _bit(o["lw"]),
             (o["lw"] == 1) == (o["lf"] > 0),
             o["lf"] >= 0,
@@ -165,9 +174,11 @@ class DpMachine(Machine):
         rF = o1["F"] - o1["lf"] - o2["lf"]
         rD = o1["D"] - o1["ld"] - o2["ld"]
         rP = o1["P"] - o1["lp"] - o2["lp"]
+        rest = {k: o1[k] - o1[f"l{k.lower()}"] - o2[f"l{k.lower()}"] for k in ("Fl", "Nd", "Va")}
         same = z3.And(N == 1, *[o1[k] == o2[k] for k in LOCAL])
         distinct = z3.And(
             N >= 2,
+            *_counts_ok(N - 2, rW, rest["Fl"], rest["Nd"], rest["Va"]),
             rW >= 0,
             rW <= N - 2,
             rF >= rW,
@@ -188,10 +199,10 @@ class DpMachine(Machine):
         return DpConditions(
             waiting=o["W"] > 0,
             enabled=p["enabled"],
-            decoding=o["D"] > 0,
+            decoding=z3.And(o["D"] > 0, z3.Or(o["Nd"] == 0, p["pc"])),
             pressured=z3.And(p["kv"], o["P"] > 0),
-            dense=z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"]),
-            aligned=z3.And(p["al"], o["W"] == p["N"], s["h"] >= p["A"]),
+            dense=z3.Or(everyone_dense(p, o), z3.And(o["Fl"] > 0, z3.Not(p["pc"]))),
+            aligned=z3.And(p["al"], o["W"] + o["Va"] == p["N"], s["h"] >= p["A"]),
             stalled=z3.And(p["S"] > 0, o["t"] - grew_at >= p["S"]),
             spent=s["h"] + 1 >= p["K"],
             paced=p["pc"],
@@ -220,6 +231,33 @@ class DpMachine(Machine):
         )
 
 
+def everyone_dense(p: Vars, o: Vars) -> z3.BoolRef:
+    """Every rank waits and the aggregate reaches T tokens per rank: the paced mode's only
+    uncapped release, and beside any filled rank the plain mode's DENSE."""
+    return z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
+
+
+def _counts_ok(
+    n: z3.ArithRef, w: z3.ArithRef, fl: z3.ArithRef, nd: z3.ArithRef, va: z3.ArithRef
+) -> list[z3.BoolRef]:
+    """``n`` ranks, ``w`` of them waiting: filled and no-decode ranks are waiting ones,
+    vacant ones are not."""
+    return [fl >= 0, fl <= w, nd >= 0, nd <= w, va >= 0, va <= n - w]
+
+
+def _local_bits_ok(p: Vars, o: Vars) -> list[z3.BoolRef]:
+    """This rank's filled, no-decode and vacant bits, as its own queue defines them."""
+    lw, ld = o["lw"], o["ld"]
+    return [
+        _bit(o["lfl"]),
+        (o["lfl"] == 1) == (o["lf"] >= p["T"]),
+        _bit(o["lnd"]),
+        (o["lnd"] == 1) == z3.And(lw == 1, ld == 0),
+        _bit(o["lva"]),
+        (o["lva"] == 1) == z3.And(lw == 0, ld == 0),
+    ]
+
+
 def _fire(
     name: str, guard: z3.BoolRef, mem: Mapping[str, z3.ExprRef], cap: z3.ArithRef | None = None
 ) -> Command:
@@ -238,149 +276,3 @@ def _hold(guard: z3.BoolRef, nxt: Mapping[str, z3.ExprRef]) -> Command:
 
 DP = DpMachine()
 """The aligned gate as specified; proofs and agreement tests use this one instance."""
-
-
-# -- products: two machines stepped together on related inputs --------------------------
-
-
-class _Pair(Machine):
-    """Ranks 1 and 2 of ``base``: one reduced vector and tick, two local views."""
-
-    def __init__(self, base: DpMachine) -> None:
-        self.base = base
-        self.name = f"pair({base.name})"
-        shared = base.shared_obs
-        self.param_sorts = dict(base.param_sorts)
-        self.state_sorts = {f"{k}{i}": v for i in (1, 2) for k, v in base.state_sorts.items()}
-        self.obs_sorts = {k: v for k, v in base.obs_sorts.items() if k in shared} | {
-            f"{k}{i}": v for i in (1, 2) for k, v in base.obs_sorts.items() if k not in shared
-        }
-        self.out_sorts = {f"{k}{i}": v for i in (1, 2) for k, v in base.out_sorts.items()}
-
-    def _states(self, s: Vars) -> list[Vars]:
-        return [{k: s[f"{k}{i}"] for k in self.base.state_sorts} for i in (1, 2)]
-
-    def _views(self, s: Vars, o: Vars) -> list[tuple[Vars, Vars]]:
-        shared = self.base.shared_obs
-        obs = [
-            {k: o[k] if k in shared else o[f"{k}{i}"] for k in self.base.obs_sorts} for i in (1, 2)
-        ]
-        return list(zip(self._states(s), obs, strict=True))
-
-    def param_ok(self, p: Vars) -> z3.BoolRef:
-        return self.base.param_ok(p)
-
-    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
-        return z3.And(*[self.base.init(p, st) for st in self._states(s)])
-
-    def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
-        (s1, o1), (s2, o2) = self._views(s, o)
-        return z3.And(
-            self.base.obs_ok(p, s1, o1),
-            self.base.obs_ok(p, s2, o2),
-            self.base.two_ranks_ok(p, o1, o2),
-        )
-
-    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        (s1, o1), (s2, o2) = self._views(s, o)
-        cmds = []
-        for c1, c2 in product(self.base.commands(p, s1, o1), self.base.commands(p, s2, o2)):
-            out = {f"{k}1": v for k, v in c1.out.items()} | {f"{k}2": v for k, v in c2.out.items()}
-            nxt = {f"{k}1": v for k, v in c1.next.items()} | {
-                f"{k}2": v for k, v in c2.next.items()
-            }
-            cmds.append(Command(f"{c1.name}|{c2.name}", z3.And(c1.guard, c2.guard), out, nxt))
-        return cmds
-
-
-def pair(base: DpMachine) -> Machine:
-    """The two-copy product of ``base``: any two of the N ranks, stepped together.
-
-    Every rank receives the same reduced vector and tick; what differs is its
-    own summand and clock. If two copies with equal state always decide alike
-    and stay equal, then by induction all N ranks do, for every N.
-    """
-    return _Pair(base)
-
-
-class _OneRank(Machine):
-    """``GATE`` and one aligned rank configured like it, fed the same pass."""
-
-    def __init__(self, dp: DpMachine, gate: Machine) -> None:
-        self.dp, self.gate = dp, gate
-        self.name = f"one_rank({dp.name})"
-        extra: dict[str, Sort] = {"P": z3.Int, "C": z3.Int, "t": z3.Int, "clock": z3.Int}
-        self.param_sorts = dict(gate.param_sorts)
-        self.state_sorts = dict(gate.state_sorts) | {
-            f"dp_{k}": v for k, v in dp.state_sorts.items()
-        }
-        self.obs_sorts = dict(gate.obs_sorts) | extra
-        self.out_sorts = dict(gate.out_sorts) | {f"dp_{k}": v for k, v in dp.out_sorts.items()}
-
-    def _dp_params(self, p: Vars) -> Vars:
-        one, zero, off = z3.IntVal(1), z3.IntVal(0), z3.BoolVal(False)
-        same = {k: p[k] for k in ("B", "K", "enabled")}
-        return same | {"N": one, "T": p["B"], "S": zero, "kv": off, "al": off, "A": zero} | {
-            "pc": off, "Cp": one, "cmin": one, "cmax": one}  # fmt: skip
-
-    def _dp_obs(self, p: Vars, o: Vars) -> Vars:
-        """What the rank's vector sums to when it is alone: its own, capped at B."""
-        w, B = o["w"], p["B"]
-        waiting = z3.If(w > 0, z3.IntVal(1), z3.IntVal(0))
-        fill = z3.If(w >= B, B, w)
-        return {
-            "W": waiting,
-            "F": fill,
-            "D": o["d"],
-            "P": o["P"],
-            "C": o["C"],
-            "t": o["t"],
-            "lw": waiting,
-            "lf": fill,
-            "ld": o["d"],
-            "lp": o["P"],
-            "clock": o["clock"],
-        }
-
-    def _split(self, s: Vars) -> tuple[Vars, Vars]:
-        return (
-            {k: s[k] for k in self.gate.state_sorts},
-            {k: s[f"dp_{k}"] for k in self.dp.state_sorts},
-        )
-
-    def param_ok(self, p: Vars) -> z3.BoolRef:
-        return z3.And(self.gate.param_ok(p), self.dp.param_ok(self._dp_params(p)))
-
-    def init(self, p: Vars, s: Vars) -> z3.BoolRef:
-        sg, sd = self._split(s)
-        return z3.And(self.gate.init(p, sg), self.dp.init(self._dp_params(p), sd))
-
-    def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
-        sg, sd = self._split(s)
-        og = {k: o[k] for k in self.gate.obs_sorts}
-        return z3.And(
-            self.gate.obs_ok(p, sg, og),
-            self.dp.obs_ok(self._dp_params(p), sd, self._dp_obs(p, o)),
-        )
-
-    def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
-        sg, sd = self._split(s)
-        og = {k: o[k] for k in self.gate.obs_sorts}
-        dcmds = self.dp.commands(self._dp_params(p), sd, self._dp_obs(p, o))
-        cmds = []
-        for cg, cd in product(self.gate.commands(p, sg, og), dcmds):
-            out = dict(cg.out) | {f"dp_{k}": v for k, v in cd.out.items()}
-            nxt = dict(cg.next) | {f"dp_{k}": v for k, v in cd.next.items()}
-            cmds.append(Command(f"{cg.name}~{cd.name}", z3.And(cg.guard, cd.guard), out, nxt))
-        return cmds
-
-
-def one_rank(dp: DpMachine, gate: Machine = single.GATE) -> Machine:
-    """The refinement product: ``dp`` with N = 1, T = B, S = 0, KV valve, aligned release and
-    paced mode off, beside ``gate``.
-
-    Observation: the single-rank pass (``w`` uncapped, ``d``) plus the inputs
-    the one-rank configuration must ignore (KV bit ``P``, chunk bit ``C``, tick
-    ``t``, clock).
-    """
-    return _OneRank(dp, gate)

@@ -67,7 +67,8 @@ PROPERTIES: tuple[Property, ...] = (
     Property(
         "D3",
         "global tail escape",
-        "global tail escape: W > 0 and no rank decodes (D = 0) => FIRE; NO_DECODE only when D = 0",
+        "global tail escape: W > 0 and (no rank decodes, D = 0, or a waiting rank has no decode "
+        "of its own, Nd > 0) => FIRE; NO_DECODE only when D = 0 or (Nd > 0, paced mode off)",
     ),
     Property(
         "D4",
@@ -90,14 +91,15 @@ PROPERTIES: tuple[Property, ...] = (
     Property(
         "D7",
         "aligned density",
-        "aligned density: DENSE => every rank waits and F >= T*N; "
-        "HOLD => enabled, W > 0, D > 0 and not dense",
+        "aligned density: DENSE => every rank waits and F >= T*N, or (paced mode off) some rank "
+        "is filled on its own (Fl > 0); HOLD => enabled, W > 0, D > 0, Nd = 0 and not dense",
     ),
     Property(
         "D8",
         "aligned release",
-        "aligned release: ALIGNED => the release is on, every rank waits (W = N) and h >= A; "
-        "with it on, enabled, W = N, h >= A and D > 0 => FIRE (no HOLD once aligned)",
+        "aligned release: ALIGNED => the release is on, every rank waits or is vacant "
+        "(W + Va = N) and h >= A; with it on, enabled, W + Va = N, h >= A and D > 0 => FIRE "
+        "(no HOLD once aligned)",
     ),
     Property(
         "V1",

@@ -14,13 +14,17 @@ from collections.abc import Sequence
 
 from densegate.impl.dp_gate import (
     DECODE_SEQS,
+    FILLED_RANKS,
     KV_PRESSURE_RANKS,
+    NO_DECODE_RANKS,
     RANKS,
     REASONS,
+    VACANT_RANKS,
     WAITING_RANKS,
     WAITING_TOKENS,
     AlignedGate,
 )
+from densegate.impl.dp_vector import contribution
 from densegate.impl.gate import Decision, Reason
 from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.scheduler import Scheduler
@@ -58,8 +62,9 @@ class RuntimeGate(AlignedGate):
         used = sched.config.num_blocks - sched.blocks.num_free
         capped = min(plan.waiting_tokens, self._dense)
         work = 1 if sched.waiting or sched.running else 0
-        return [1, 1 if capped > 0 else 0, capped, len(plan.decodes), 1 if used >= kv_high else 0,
-                1 if plan.partials else 0, work, *prev, *loads]  # fmt: skip
+        gate = contribution(capped, len(plan.decodes), used >= kv_high, bool(plan.partials),
+                            self._fill)  # fmt: skip
+        return [*gate, work, *prev, *loads]
 
     def decide_sum(self, total: Sequence[int], tick: int) -> Decision:
         """``decide(ReducedObservation.from_sum(...), tick)`` of the runtime's own sum."""
@@ -73,4 +78,7 @@ class RuntimeGate(AlignedGate):
             total[DECODE_SEQS],
             total[KV_PRESSURE_RANKS],
             tick,
+            total[FILLED_RANKS],
+            total[NO_DECODE_RANKS],
+            total[VACANT_RANKS],
         )

@@ -26,7 +26,7 @@ from densegate.impl.dp.collective import Collective
 from densegate.impl.dp.config import COORDINATED, DPConfig, Phase
 from densegate.impl.dp.hooks import chain
 from densegate.impl.dp.report import RankReport
-from densegate.impl.dp_gate import DECODE_SEQS, VECTOR_SIZE, WAITING_RANKS, WAITING_TOKENS
+from densegate.impl.dp_gate import DECODE_SEQS, FILLED_RANKS, WAITING_RANKS, WAITING_TOKENS
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.figures import fmt, percentile
 from densegate.impl.gate import Decision, Reason
@@ -130,7 +130,7 @@ class _PeerPhase:
     def _execute(self, plan: PassPlan, decision: Decision) -> Any:
         c = self.collective
         assert c is not None, "execute before any collective"
-        ranks, waiting, tokens, decodes, kv, partial = c.reduced[:VECTOR_SIZE]
+        ranks, waiting, tokens, decodes, kv, partial = c.reduced[:FILLED_RANKS]  # peers: 6 slots
         full, low, no_decode, batch_full = c.reduced_extra
         view = PeerView(ranks, waiting, tokens, decodes, kv, partial, full, low, self.dense,
                         no_decode, batch_full)  # fmt: skip

@@ -6,7 +6,8 @@ every configuration (B, K, N >= 1, fill threshold 1 <= T <= B, S >= 0, KV valve,
 aligned release (``align_ticks`` A >= 0 or None), paced mode (``pace_tokens`` Cp >= 1
 or None) and gate on or off) and every state with 0 <= h < K (stall memory any ints),
 a fresh gate starts in the spec's initial state, and one ``decide`` on any reduced
-vector the spec admits (0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N) and
+vector the spec admits (0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N; filled and
+no-decode ranks 0 <= Fl, Nd <= W, vacant ranks 0 <= Va <= N - W) and
 tick t >= 0 returns the spec's decision, reason and cap (``Decision.cap``, None read
 as the spec's 0) and leaves its next state.
 The number of ranks is a symbolic int, so this is for every N, not a sampled few.
@@ -56,7 +57,7 @@ __all__ = [
 
 PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp")
 STATE = ("h", "q", "g")
-OBS = ("W", "F", "D", "P", "C", "t")
+OBS = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va", "t")
 
 
 class _Config(AlignedGateConfig):
@@ -70,9 +71,11 @@ class _Config(AlignedGateConfig):
 def _pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     B, K, N, T, S, A, h = v["B"], v["K"], v["N"], v["T"], v["S"], v["A"], v["h"]
     W, F, D, P, C, t = v["W"], v["F"], v["D"], v["P"], v["C"], v["t"]
+    Fl, Nd, Va = v["Fl"], v["Nd"], v["Va"]
     return z3.And(
         B >= 1, K >= 1, N >= 1, T >= 1, T <= B, S >= 0, A >= 0, v["Cp"] >= 1, h >= 0, h < K,
         W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0, C <= N, t >= 0,
+        Fl >= 0, Fl <= W, Nd >= 0, Nd <= W, Va >= 0, Va <= N - W,
     )  # fmt: skip
 
 
@@ -101,6 +104,9 @@ _REDUCED_FIELDS: tuple[str, ...] = (
     "decode_seqs",
     "kv_pressure_ranks",
     "partial_prefill_ranks",
+    "filled_ranks",
+    "no_decode_ranks",
+    "vacant_ranks",
 )
 
 
@@ -116,7 +122,7 @@ def _inputs(v: Mapping[str, Any], validated: bool) -> tuple[Any, Any]:
     """The config and reduced vector; ``validated`` runs their shipped constructors."""
     cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"], v["A"] if v["al"] else None,
            v["Cp"] if v["pc"] else None)  # fmt: skip
-    red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"])
+    red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"], v["Fl"], v["Nd"], v["Va"])
     if validated:
         config, reduced = _Config(*cfg), ReducedObservation(*red)
     else:
@@ -196,7 +202,7 @@ def _inputs_check(cls: type) -> Callable[..., None]:
         kept = [getattr(config, f) for f in _CONFIG_FIELDS] + [config.kv_pressure_valve]
         kept += [getattr(reduced, f) for f in _REDUCED_FIELDS]
         given = [v[k] for k in ("B", "K", "enabled")] + [1] + [v[k] for k in ("S", "kv")]
-        given += [v[k] for k in ("N", "W", "F", "D", "P", "C")]
+        given += [v[k] for k in ("N", "W", "F", "D", "P", "C", "Fl", "Nd", "Va")]
         if not holds(z3.And(*[term(a) == term(b) for a, b in zip(kept, given, strict=True)])):
             fail(v, "a constructor changed an input")
         if (config.align_ticks is None) == v["al"] or (v["al"] and config.align_ticks != v["A"]):
@@ -241,7 +247,9 @@ def _m(name: str, description: str, old: str, new: str, where: str = "_rules") -
     return CodeMutant(name, description, AlignedGate, where, old, new)
 
 
-_DENSE = """    elif waiting_ranks == self._world and fill >= self._fill_target:
+_DENSE = """    elif (waiting_ranks == self._world and fill >= self._fill_target) or (
+        filled > 0 and not self._paced
+    ):
         reason = Reason.DENSE
 """
 _PACED = """    elif self._paced:
@@ -255,6 +263,24 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
         "DENSE without every rank waiting (aggregate fill alone)",
         "waiting_ranks == self._world and fill >= self._fill_target",
         "fill >= self._fill_target",
+    ),
+    _m(
+        "dense_world_fill",
+        "DENSE only once every rank waits with the world's fill (a filled rank held by cold ones)",
+        "filled > 0 and not self._paced",
+        "False",
+    ),
+    _m(
+        "idle_rank_held",
+        "a rank with waiting work and no decode held while other ranks decode",
+        "decodes == 0 or (no_decode > 0 and not self._paced)",
+        "decodes == 0",
+    ),
+    _m(
+        "aligned_waits_for_vacant",
+        "ALIGNED waits for vacant ranks (nothing waiting, nothing decoding) to get work",
+        "self._aligned(waiting_ranks + vacant)",
+        "self._aligned(waiting_ranks)",
     ),
     _m(
         "kv_valve_ignores_flag",
