@@ -14,9 +14,17 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from densegate.impl.validation import device_problem, int_problem, number_problem
+from densegate.impl.validation import device_problem, int_problem, number_problem, seconds_problem
 
-__all__ = ["count", "device", "nonnegative_float", "output_dir", "output_file", "positive_float"]
+__all__ = [
+    "count",
+    "device",
+    "nonnegative_float",
+    "output_dir",
+    "output_file",
+    "positive_float",
+    "seconds",
+]
 
 
 def count(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
@@ -56,6 +64,23 @@ def positive_float(text: str) -> float:
 def nonnegative_float(text: str) -> float:
     """A finite number >= 0."""
     return _float(text, positive=False)
+
+
+def seconds(bounds: tuple[float, float]) -> Callable[[str], float]:
+    """A number of seconds within ``bounds`` (``validation.TIMEOUT_S``, ...)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        why = seconds_problem("the value", value, bounds)
+        if why is not None:
+            raise argparse.ArgumentTypeError(why)
+        return value
+
+    parse.__name__ = f"seconds in [{bounds[0]:g}, {bounds[1]:g}]"
+    return parse
 
 
 def device(text: str) -> str:

@@ -15,9 +15,10 @@ import argparse
 import os
 from typing import Any
 
-from densegate.cli.flag_types import count, device, output_file, positive_float
+from densegate.cli.flag_types import count, device, output_file, positive_float, seconds
 from densegate.impl.sched.config import REFERENCE_CONFIG
 from densegate.impl.settings import flagged
+from densegate.impl.validation import MAX_SIZE, STARTUP_TIMEOUT_S, TIMEOUT_S
 
 __all__ = [
     "MAX_REQUESTS",
@@ -67,12 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument(
         "--requests",
         dest="gen",
-        type=count(0, MAX_REQUESTS),
+        type=count(1, MAX_REQUESTS),
         metavar="N",
         help=f"generate N requests (default 500, at most {MAX_REQUESTS}), their lengths drawn "
         "within --max-model-len",
     )
-    add_alias(src, "--gen", "gen", type=count(0, MAX_REQUESTS))
+    add_alias(src, "--gen", "gen", type=count(1, MAX_REQUESTS))
     src.add_argument("--trace", metavar="FILE", help="replay a JSON trace")
     p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
     p.add_argument(
@@ -181,20 +182,22 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
     add_alias(dp, "--timed-rounds", "timed_rounds", type=count(0))
     dp.add_argument(
         "--dp-timeout",
-        type=positive_float,
+        type=seconds(TIMEOUT_S),
         default=30.0,
         metavar="SECONDS",
         help="a collective slower than this means a rank is gone: a hung rank is noticed "
         "within SECONDS + 0.5 in every phase, a phase's first collective included, counted "
-        "from when every rank has built the phase's engine (default 30)",
+        "from when every rank has built the phase's engine (default 30; "
+        f"{TIMEOUT_S[0]:g} to {TIMEOUT_S[1]:g})",
     )
     dp.add_argument(
         "--dp-startup-timeout",
-        type=positive_float,
+        type=seconds(STARTUP_TIMEOUT_S),
         default=300.0,
         metavar="SECONDS",
         help="how long ranks may take to meet at start-up and to build each phase's engine "
-        "(a model load): only a rank slower than this there is taken for gone (default 300)",
+        "(a model load): only a rank slower than this there is taken for gone (default 300; "
+        f"{STARTUP_TIMEOUT_S[0]:g} to {STARTUP_TIMEOUT_S[1]:g})",
     )
 
 
@@ -227,14 +230,14 @@ def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("scheduler (defaults: the bench's scheduler)")
     g.add_argument(
         "--max-num-seqs",
-        type=count(1),
+        type=count(1, MAX_SIZE),
         default=REF.max_num_seqs,
         metavar="N",
         help=f"sequences one pass may run (default {REF.max_num_seqs})",
     )
     g.add_argument(
         "--max-num-batched-tokens",
-        type=count(1),
+        type=count(1, MAX_SIZE),
         default=REF.max_num_batched_tokens,
         metavar="N",
         help=f"tokens per pass, prefill and decode together (default "
@@ -243,21 +246,21 @@ def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--block-size",
-        type=count(1),
+        type=count(1, MAX_SIZE),
         default=REF.block_size,
         metavar="N",
         help=f"tokens per KV block (default {REF.block_size})",
     )
     g.add_argument(
         "--num-blocks",
-        type=count(1),
+        type=count(1, MAX_SIZE),
         default=REF.num_blocks,
         metavar="N",
         help=f"KV blocks in the cache (default {REF.num_blocks})",
     )
     g.add_argument(
         "--max-model-len",
-        type=count(2),
+        type=count(2, MAX_SIZE),
         default=_Default(REF.max_model_len),
         metavar="N",
         help=f"longest prompt + output (default {REF.max_model_len}; with --model, the "
@@ -272,14 +275,14 @@ def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--long-prefill-token-threshold",
-        type=count(1),
+        type=count(1, MAX_SIZE),
         default=None,
         metavar="N",
         help="cap one request's prefill chunk at N tokens (default: the pass budget)",
     )
     g.add_argument(
         "--dense-tokens",
-        type=count(1),
+        type=count(1, MAX_SIZE),
         default=None,
         metavar="B",
         help="the gate's B: prefill fires DENSE once B waiting tokens fit a pass (default: "
@@ -288,7 +291,7 @@ def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--max-hold-passes",
-        type=count(1),
+        type=count(1, MAX_SIZE),
         default=REF.max_hold_passes,
         metavar="K",
         help=f"the gate's K: the longest it holds waiting prefill back (default "
@@ -296,7 +299,7 @@ def _scheduler_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--stall-passes",
-        type=count(0),
+        type=count(0, MAX_SIZE),
         default=0,
         metavar="N",
         help="the gate's STALL valve: fire an under-full pass once the waiting fill has not "

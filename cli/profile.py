@@ -7,6 +7,7 @@ import sys
 
 from densegate.cli.flag_types import count, device, nonnegative_float, output_file
 from densegate.cli.options import add_alias, add_quiet, add_threads, threads
+from densegate.impl.validation import MAX_SIZE
 
 HELP = "time the torch runner's pass kinds over a grid, fit the pass-time model, write a profile"
 
@@ -26,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-model-len",
-        type=count(2),
+        type=count(2, MAX_SIZE),
         metavar="N",
         help="the longest sequence a timed pass may reach (default: 4096, or the model's "
         "max_position_embeddings if smaller): grid points past it are clipped to it",

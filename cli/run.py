@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -79,6 +80,11 @@ def conflict(args: argparse.Namespace) -> str | None:
         dp_only += [s.flag for s in flagged() if getattr(args, s.name, None) is not None]
         if dp_only:
             return f"{dp_only[0]} is for a data-parallel run: give --dp N (N > 1) or drop it"
+        if os.environ.get("DENSEGATE_DP_CRASH", "").strip():
+            return (
+                "DENSEGATE_DP_CRASH is set, but faults are injected only into a data-parallel "
+                "run: give --dp N (N > 1) or unset it"
+            )
     if args.trace and _given(args, "rate"):
         return "--rate is for a generated workload: a --trace has its own arrivals"
     if args.model and args.runner == "null":

@@ -26,9 +26,11 @@ from densegate.impl.sched.plan import PassPlan
 from densegate.impl.sched.request import Request, RequestStatus, stop_set
 from densegate.impl.sched.scheduler import Scheduler
 from densegate.impl.validation import (
+    MAX_RETRIES,
     check_bool,
     check_choice,
     check_device,
+    check_instance,
     check_int,
     check_optional_int,
 )
@@ -75,7 +77,7 @@ class EngineConfig(SchedulerConfig):
         check_device("EngineConfig", "device", self.device)
         # num_threads is ignored by the null runner, so a config can switch runners.
         check_optional_int("EngineConfig", "num_threads", self.num_threads, 1)
-        check_int("EngineConfig", "runner_retries", self.runner_retries, 0)
+        check_int("EngineConfig", "runner_retries", self.runner_retries, 0, MAX_RETRIES)
         check_bool("EngineConfig", "check_weights", self.check_weights)
 
     @property
@@ -283,6 +285,8 @@ class Engine:
         A failed pass is undone and raises ``PassFailed`` (``densegate.impl.sched.failures``);
         its outputs (aborts included) are reported by the next ``step``/``execute``.
         """
+        check_instance("Engine.execute", "plan", plan, PassPlan)
+        check_instance("Engine.execute", "decision", decision, Decision)
         if plan is not self._open:
             raise ValueError(f"plan for pass {plan.index} is not the open plan(); plan again")
         t0 = time.perf_counter()

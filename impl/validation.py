@@ -6,13 +6,19 @@ pass: the error names the owner, the field and the value it got.
 
 from __future__ import annotations
 
+import json
 import math
 import operator
 from fractions import Fraction
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 __all__ = [
     "DEVICES",
+    "MAX_JSON_DEPTH",
+    "MAX_RETRIES",
+    "MAX_SIZE",
+    "STARTUP_TIMEOUT_S",
+    "TIMEOUT_S",
     "bool_problem",
     "check_bool",
     "check_choice",
@@ -23,14 +29,41 @@ __all__ = [
     "check_nonnegative_float",
     "check_optional_int",
     "check_positive_float",
+    "check_seconds",
     "device_problem",
     "exact_fraction",
     "fit_problem",
     "index_int",
     "int_problem",
     "is_int",
+    "json_value",
     "number_problem",
+    "seconds_problem",
+    "shown",
 ]
+
+MAX_SIZE = 1 << 24
+"""The most a scheduler size may be (tokens, blocks, sequences: 16,777,216): past any model's
+context or any device's KV cache, and still a list Python can allocate at once (4e9 blocks
+is a ``MemoryError``, 1e23 an ``OverflowError``)."""
+
+MAX_RETRIES = 1000
+"""The most failed passes in a row a request may survive (``runner_retries``): more is a
+runner that never recovers, retried for ever."""
+
+TIMEOUT_S = (1.0, 86_400.0)
+"""A DP collective's timeout, seconds (``--dp-timeout``): below 1 s a healthy rank's pass
+(a busy core, a torch pass on 16 ranks) can outlast it and healthy ranks exclude each
+other; above a day it is no timeout (and 1e20 overflows the store's own)."""
+
+STARTUP_TIMEOUT_S = (10.0, 86_400.0)
+"""How long ranks may take to meet and to build an engine, seconds (``--dp-startup-timeout``):
+the store and torch's rendezvous need seconds of their own, so a floor of 10 s is one the
+rendezvous really applies."""
+
+MAX_JSON_DEPTH = 64
+"""The deepest nesting a JSON input (a trace, a profile, a ``config.json``) may have: theirs is
+3 or 4; a deeper one is refused by name instead of a ``RecursionError``."""
 
 
 def is_int(value: object) -> TypeGuard[int]:
@@ -38,12 +71,69 @@ def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_int(owner: str, field: str, value: object, minimum: int | None = None) -> None:
-    """Raise ``ValueError`` unless ``value`` is an int (not a bool) ``>= minimum``."""
-    if not is_int(value):
-        raise ValueError(f"{owner}.{field} must be an int, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{owner}.{field} must be >= {minimum}, got {value}")
+def check_int(
+    owner: str, field: str, value: object, minimum: int | None = None, maximum: int | None = None
+) -> None:
+    """Raise ``ValueError`` unless ``value`` is an int (not a bool) in ``[minimum, maximum]``."""
+    why = int_problem(f"{owner}.{field}", value, minimum, maximum)
+    if why is not None:
+        raise ValueError(why)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters: an error line stays one short line."""
+    try:
+        text = repr(value)
+    except RecursionError:  # a structure nested past the interpreter's limit
+        text = f"<a deeply nested {type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def seconds_problem(label: str, value: object, bounds: tuple[float, float]) -> str | None:
+    """Why ``value`` is not a number of seconds in ``bounds`` (``TIMEOUT_S``, ...), or None."""
+    why = number_problem(label, value)
+    if why is not None:
+        return why
+    low, high = bounds
+    if not low <= value <= high:  # type: ignore[operator]
+        return f"{label} must be in [{low:g}, {high:g}] seconds, got {value!r}"
+    return None
+
+
+def check_seconds(owner: str, field: str, value: object, bounds: tuple[float, float]) -> None:
+    """Raise ``ValueError`` unless ``value`` is a number of seconds in ``bounds``."""
+    why = seconds_problem(f"{owner}.{field}", value, bounds)
+    if why is not None:
+        raise ValueError(why)
+
+
+def json_value(text: str | bytes, label: str) -> Any:
+    """``text`` parsed as JSON, at most ``MAX_JSON_DEPTH`` deep; else ``ValueError`` naming
+    ``label`` (a ``json.JSONDecodeError`` passes through, for callers that word it)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        value = None
+        depth = MAX_JSON_DEPTH + 1
+    else:
+        depth = _depth(value)
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"{label}: nested deeper than {MAX_JSON_DEPTH} levels: refused")
+    return value
+
+
+def _depth(value: object) -> int:
+    """How deep ``value``'s lists and objects nest, counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        v, d = todo.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            deepest = max(deepest, d)
+            if d <= MAX_JSON_DEPTH:
+                todo.extend((x, d + 1) for x in v)
+    return deepest
 
 
 def check_positive_float(owner: str, field: str, value: object) -> None:
@@ -130,10 +220,12 @@ def check_bool(owner: str, field: str, value: object) -> None:
         raise ValueError(why)
 
 
-def check_optional_int(owner: str, field: str, value: object, minimum: int | None = None) -> None:
-    """Raise ``ValueError`` unless ``value`` is None or an int (not a bool) ``>= minimum``."""
+def check_optional_int(
+    owner: str, field: str, value: object, minimum: int | None = None, maximum: int | None = None
+) -> None:
+    """Raise ``ValueError`` unless ``value`` is None or an int (not a bool) in range."""
     if value is not None:
-        check_int(owner, field, value, minimum)
+        check_int(owner, field, value, minimum, maximum)
 
 
 def index_int(label: str, value: object) -> int:

@@ -194,14 +194,28 @@ def test_a_config_that_is_not_utf8_is_named(good: Path, tmp_path: Path) -> None:
         EngineConfig(model=str(ck))
 
 
+def _declare(**fields: int) -> Callable[[Path], None]:
+    """``config.json`` declaring shape ``fields`` its weights do not have (issue 34: 10^6
+    layers ran out of memory after 132 s, before any tensor was found missing)."""
+
+    def edit(ck: Path) -> None:
+        config = json.loads((ck / "config.json").read_text())
+        (ck / "config.json").write_text(json.dumps(config | fields))
+
+    return edit
+
+
 @pytest.mark.parametrize(
     ("damage", "needle"),
     [
         (lambda ck: (ck / WEIGHTS).write_bytes(b""), "too short for a safetensors file"),
         (_poison(float("nan")), "holds NaN or infinite values"),
         (lambda ck: (ck / "tokenizer.json").write_text("{1: 2}"), "not a valid tokenizer.json"),
+        (_declare(num_hidden_layers=10**6), "declares num_hidden_layers 1000000 (7,744,006,176"),
+        (_declare(num_hidden_layers=10**9), "files hold 2 layers (21,664 weights): refused"),
+        (_declare(hidden_size=2**20), "config.json implies [96, 1048576]"),
     ],
-    ids=["empty weights", "nan", "tokenizer"],
+    ids=["empty weights", "nan", "tokenizer", "10^6 layers", "10^9 layers", "2^20 hidden"],
 )
 def test_densegate_run_says_it_in_one_line(
     good: Path,

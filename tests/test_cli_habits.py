@@ -143,7 +143,7 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 @pytest.mark.parametrize(
     ("argv", "named"),
     [
-        (["run", "--requests", "-1"], "--requests: the value must be >= 0, got -1"),
+        (["run", "--requests", "-1"], "--requests: the value must be >= 1, got -1"),
         (["run", "--rate", "abc"], "--rate: 'abc' is not a number"),
         (["run", "--rate", "0"], "--rate: the value must be > 0, got 0"),
         (["run", "--trace", "missing.json"], "--trace missing.json: No such file"),

@@ -65,7 +65,7 @@ def test_bad_trace_is_a_clear_error(
 def test_bad_numbers_are_clear_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--gen", "-1"]) == 2  # the parser refuses it: the flag, the value
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--gen: the value must be >= 0, got -1" in err
+    assert err.count("\n") == 1 and "--gen: the value must be >= 1, got -1" in err
     # A value only the config can judge (the budget against the sequences) is named by it.
     assert main(["run", "--gen", "5", "--max-num-batched-tokens", "64"]) == 2
     err = capsys.readouterr().err

@@ -23,10 +23,10 @@ BASE = ["run", "--dp", "2", "--requests", "6", "--runner", "null"]
 FLAGS = [  # (argv after BASE, what the one line must say)
     (["--dp-timeout", "inf"], "--dp-timeout: the value must be finite, got inf"),
     (["--dp-timeout", "nan"], "--dp-timeout: the value must be finite, got nan"),
-    (["--dp-timeout", "0"], "--dp-timeout: the value must be > 0, got 0.0"),
+    (["--dp-timeout", "0"], "--dp-timeout: the value must be in [1, 86400] seconds, got 0.0"),
     (["--dp-timeout", "soon"], "--dp-timeout: 'soon' is not a number"),
     (["--dp-startup-timeout", "inf"], "--dp-startup-timeout: the value must be finite, got inf"),
-    (["--dp-startup-timeout", "-1"], "--dp-startup-timeout: the value must be > 0, got -1.0"),
+    (["--dp-startup-timeout", "-1"], "must be in [10, 86400] seconds, got -1.0"),
     (["--dp", "0"], "--dp: the value must be >= 1, got 0"),
 ]
 CRASHES = [  # (DENSEGATE_DP_CRASH with --dp 2 and the 3 default phases, what it must say)

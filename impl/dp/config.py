@@ -16,11 +16,13 @@ from densegate.impl.engine import EngineConfig
 from densegate.impl.settings import DP, carried
 from densegate.impl.traces.workload import TraceRequest
 from densegate.impl.validation import (
+    STARTUP_TIMEOUT_S,
+    TIMEOUT_S,
     check_choice,
     check_fraction,
     check_instance,
     check_int,
-    check_positive_float,
+    check_seconds,
     fit_problem,
     int_problem,
 )
@@ -62,7 +64,8 @@ class DPConfig:
     ``timeout_s`` bounds every collective, a phase's first included: a hung rank
     is noticed within ``timeout_s`` plus ``collective.DETECTION_MARGIN_S`` of the
     moment every rank had built the phase's engine. ``startup_timeout_s`` bounds
-    only the rendezvous and how long a rank may take to build a phase's engine.
+    only the rendezvous and how long a rank may take to build a phase's engine. Each is
+    in its range (``validation.TIMEOUT_S``, ``STARTUP_TIMEOUT_S``; ``grace_s`` as ``timeout_s``).
     """
 
     engine: EngineConfig
@@ -84,12 +87,12 @@ class DPConfig:
         owner = "DPConfig"
         check_instance(owner, "engine", self.engine, EngineConfig)
         check_choice(owner, "router", self.router, ROUTERS)
-        check_positive_float(owner, "timeout_s", self.timeout_s)
-        check_positive_float(owner, "startup_timeout_s", self.startup_timeout_s)
+        check_seconds(owner, "timeout_s", self.timeout_s, TIMEOUT_S)
+        check_seconds(owner, "startup_timeout_s", self.startup_timeout_s, STARTUP_TIMEOUT_S)
         check_fraction(owner, "kv_high_watermark", self.kv_high_watermark)
         check_int(owner, "seed", self.seed)
         if self.grace_s is not None:
-            check_positive_float(owner, "grace_s", self.grace_s)
+            check_seconds(owner, "grace_s", self.grace_s, TIMEOUT_S)
         check_instance(owner, "phases", self.phases, tuple)
         names: set[str] = set()
         for i, p in enumerate(self.phases):

@@ -247,7 +247,9 @@ def _failure(
         "agreements": max(len(rep.faults) for rep in reps.values()),
         "ticks_before": tick if tick is not None else ticks,
         "ticks_after": ticks - tick if tick is not None else 0,
-        "detected_after_s": max((f.get("detected_after_s", 0.0) for f in fs), default=0.0),
+        # The first survivor to notice: a rank stopped (SIGSTOP) meanwhile counts its own
+        # freeze in its wait, which says nothing of how soon the failure was noticed.
+        "detected_after_s": min((f.get("detected_after_s", 0.0) for f in fs), default=0.0),
         "recovery_s": max((f.get("recovery_s", 0.0) for f in fs), default=0.0),
         "readmitted": acc["readmitted"],
         "readmitted_finished": acc["readmitted_finished"],

@@ -14,7 +14,6 @@ the frequencies are recomputed from ``config.json``.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -30,8 +29,9 @@ from densegate.impl.runners.model import DecoderModel
 from densegate.impl.runners.model_config import ModelConfig
 from densegate.impl.runners.safetensors_header import TensorEntry, read_header
 from densegate.impl.runners.weights import LayerWeights, ModelWeights
+from densegate.impl.validation import json_value
 
-__all__ = ["PROGRESS_BYTES", "load_model", "tensor_targets"]
+__all__ = ["PROGRESS_BYTES", "declared_weights", "load_model", "tensor_targets"]
 
 PROGRESS_BYTES = 256 << 20
 """Loads of at least this many stored bytes show a progress bar (``progress=None``)."""
@@ -80,9 +80,9 @@ def _stored(root: Path) -> _Stored:
     index = root / "model.safetensors.index.json"
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text())["weight_map"]
+            weight_map = json_value(index.read_text(), str(index))["weight_map"]
             shards = {str(name): root / file for name, file in weight_map.items()}
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CheckpointError(f"{index}: no valid weight_map ({e!r})") from None
         except OSError as e:
             raise CheckpointError(f"{index}: cannot be read ({e.strerror or e})") from None
@@ -104,6 +104,30 @@ def _stored(root: Path) -> _Stored:
         f"{root}: no model.safetensors or model.safetensors.index.json "
         "(only safetensors checkpoints are read)"
     )
+
+
+def declared_weights(config: ModelConfig) -> int:
+    """How many weights ``config`` declares: what ``tensor_targets`` would list, counted
+    without listing them (10^9 layers is one multiplication, not a dict that never ends)."""
+    c = config
+    q, kv, h, f = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim, c.hidden, c.ffn_hidden
+    layer = 2 * h + (q + 2 * kv) * h + h * q + 3 * f * h
+    heads = (1 if c.tie_word_embeddings else 2) * c.vocab_size * h
+    return heads + h + c.n_layers * layer
+
+
+def _check_declared(root: Path, config: ModelConfig, stored: _Stored) -> None:
+    """Refuse a ``config.json`` declaring more layers than its files hold, before any tensor
+    is listed or allocated (``num_hidden_layers`` 10^6 ran out of memory listing them).
+    Every other shape field is checked tensor by tensor, before allocating, too."""
+    layers = {name.split(".")[2] for name in stored if name.startswith("model.layers.")}
+    if config.n_layers > len(layers):
+        held = sum(math.prod(e.shape) for _, e in stored.values())
+        raise CheckpointError(
+            f"{root / 'config.json'} declares num_hidden_layers {config.n_layers} "
+            f"({declared_weights(config):,} weights), but its safetensors files hold "
+            f"{len(layers)} layers ({held:,} weights): refused before allocating"
+        )
 
 
 def _safe_open() -> Any:
@@ -210,8 +234,9 @@ def load_model(
     config = info.config
     dtype = dtype if dtype is not None else getattr(torch, info.dtype)
     device = torch.device(device)
-    want = tensor_targets(config)
     stored = _stored(info.path)
+    _check_declared(info.path, config, stored)
+    want = tensor_targets(config)
     by_file: dict[Path, list[str]] = {}
     total = 0
     for n in _check_names(stored, want, config.tie_word_embeddings):

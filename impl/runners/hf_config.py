@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from densegate.impl.runners.model_config import ModelConfig, RopeScaling
-from densegate.impl.validation import bool_problem, int_problem, number_problem
+from densegate.impl.validation import bool_problem, int_problem, json_value, number_problem
 
 __all__ = [
     "DTYPES",
@@ -94,11 +94,13 @@ class _Fields:
 
 def _load_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+        data = json_value(path.read_text(), str(path))
     except UnicodeDecodeError as e:
         raise CheckpointError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: not valid JSON ({e})") from None
+    except ValueError as e:  # nested too deep
+        raise CheckpointError(str(e)) from None
     except OSError as e:
         raise CheckpointError(f"{path}: cannot be read ({e.strerror or e})") from None
     if not isinstance(data, dict):

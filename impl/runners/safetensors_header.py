@@ -10,13 +10,12 @@ be a ``CheckpointError`` naming both.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from densegate.impl.runners.hf_config import CheckpointError
-from densegate.impl.validation import is_int
+from densegate.impl.validation import is_int, json_value
 
 __all__ = ["TensorEntry", "read_header"]
 
@@ -58,8 +57,8 @@ def read_header(path: Path) -> dict[str, TensorEntry]:
             "safetensors file, or a truncated one"
         )
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        header = json_value(raw.decode("utf-8"), str(path))
+    except ValueError:  # not UTF-8, not JSON, or nested too deep
         raise CheckpointError(f"{path}: its header is not JSON: not a safetensors file") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: its header is not a JSON object")

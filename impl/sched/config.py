@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from densegate.impl.gate import GateConfig
-from densegate.impl.validation import check_bool, check_int, check_optional_int
+from densegate.impl.validation import MAX_SIZE, check_bool, check_int, check_optional_int
 
 __all__ = ["REFERENCE_CONFIG", "SchedulerConfig"]
 
@@ -22,6 +22,7 @@ class SchedulerConfig:
     dense pass is always reachable. ``long_prefill_token_threshold`` caps one
     request's chunk (default: no cap beyond the pass budget). ``stall_passes`` > 0
     turns on the gate's STALL valve (``GateConfig``); 0, the default, keeps it off.
+    Every size is at most ``validation.MAX_SIZE``: a bigger one only fails to allocate.
     """
 
     max_num_seqs: int = 64
@@ -48,10 +49,10 @@ class SchedulerConfig:
             "max_hold_passes",
             "pass_log_size",
         ):
-            check_int(owner, name, getattr(self, name), 1)
-        check_int(owner, "stall_passes", self.stall_passes, 0)
+            check_int(owner, name, getattr(self, name), 1, MAX_SIZE)
+        check_int(owner, "stall_passes", self.stall_passes, 0, MAX_SIZE)
         for name in ("long_prefill_token_threshold", "dense_tokens"):
-            check_optional_int(owner, name, getattr(self, name), 1)
+            check_optional_int(owner, name, getattr(self, name), 1, MAX_SIZE)
         for name in ("enable_chunked_prefill", "gate_enabled"):
             check_bool(owner, name, getattr(self, name))
         if self.max_num_batched_tokens < self.max_num_seqs:

@@ -24,6 +24,8 @@ def stop_set(
 ) -> frozenset[int]:
     """The tokens that end a request: its own stop ids (each in ``[0, vocab)``: one outside
     could never be sampled) plus the EOS ids it does not ignore."""
+    if isinstance(stop_token_ids, (str, bytes)) or not hasattr(stop_token_ids, "__iter__"):
+        raise ValueError(f"stop_token_ids must be a list of ints, got {stop_token_ids!r}")
     stops: list[int] = []
     for t in stop_token_ids:
         if not is_int(t) or t < 0 or (vocab is not None and t >= vocab):

@@ -23,6 +23,8 @@ from densegate.impl.validation import (
     fit_problem,
     int_problem,
     is_int,
+    json_value,
+    shown,
 )
 
 __all__ = ["TraceRequest", "check_fits", "dump_trace", "load_trace", "synthetic_trace"]
@@ -77,7 +79,7 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
     Errors name the entry and the field, so a hand-edited trace is easy to fix.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json_value(Path(path).read_text(encoding="utf-8"), str(path))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from None
     except UnicodeDecodeError as e:
@@ -87,7 +89,7 @@ def load_trace(path: str | Path) -> list[TraceRequest]:
     out = []
     for i, item in enumerate(data):
         if not isinstance(item, dict):
-            raise ValueError(f"{path}: entry {i} must be an object, got {item!r}")
+            raise ValueError(f"{path}: entry {i} must be an object, got {shown(item)}")
         vals = []
         for key, low in _FIELDS:
             v = item.get(key)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from densegate.impl.figures import percentile
-from densegate.impl.validation import check_positive_float, int_problem, number_problem
+from densegate.impl.validation import check_positive_float, int_problem, json_value, number_problem
 from densegate.lab.cost.model import (
     FEATURES,
     KINDS,
@@ -244,7 +244,7 @@ class Profile:
             prof = roofline_profile(gpu, launch_us=LAUNCH_US * scale)
             return dataclasses.replace(prof, name=f"{prof.name}-launch{scale:g}x")
         try:
-            return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+            return cls.from_json(json_value(Path(path).read_text(encoding="utf-8"), str(path)))
         except UnicodeDecodeError as e:
             raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
         except json.JSONDecodeError as e:
