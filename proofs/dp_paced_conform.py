@@ -53,7 +53,7 @@ from densegate.proofs.refinement.symbolic import (
     reached,
     term,
 )
-from densegate.spec.dp_gate import DP, reason
+from densegate.spec.dp_gate import DP, LOCAL, reason
 from densegate.spec.machine import Command, evaluate
 from densegate.spec.properties import Property
 
@@ -90,7 +90,7 @@ _PROPS = {
 }
 PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp")
 _BOOLS = ("kv", "enabled", "al", "pc")
-_OBS = ("W", "F", "D", "P", "C", "t")
+_OBS = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va", "t")
 
 ALIGNED_CLASSES: Classes = {
     "gate on": lambda v: v["enabled"],
@@ -126,9 +126,9 @@ def _pre(ticks: int) -> Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef]:
         conds = [B >= 1, v["K"] >= 1, N >= 1, v["T"] >= 1, v["T"] <= B, v["S"] >= 0]
         conds += [v["A"] >= 0, v["Cp"] >= 1]
         for i in range(ticks):
-            W, F, D, P, C, t = (v[f"{k}{i}"] for k in _OBS)
+            W, F, D, P, C, Fl, Nd, Va, t = (v[f"{k}{i}"] for k in _OBS)
             conds += [W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0]
-            conds += [C <= N, t >= 0]
+            conds += [C <= N, t >= 0, Fl >= 0, Fl <= W, Nd >= 0, Nd <= W, Va >= 0, Va <= N - W]
         return z3.And(*conds)
 
     return pre
@@ -143,7 +143,7 @@ def _drive(factory: AlignedFactory, v: Mapping[str, Any], ticks: int) -> list[tu
     gate = factory(_config(v), v["N"])
     out = []
     for i in range(ticks):
-        red = ReducedObservation(v["N"], *(v[f"{k}{i}"] for k in _OBS[:5]))
+        red = ReducedObservation(v["N"], *(v[f"{k}{i}"] for k in _OBS[:-1]))
         dec = gate.decide(red, v[f"t{i}"])
         if not isinstance(dec.reason, Reason) or dec.fire != (dec.reason is not Reason.HOLD):
             fail(dict(v), f"decide returned {dec!r}, not a Decision whose fire matches its reason")
@@ -218,7 +218,7 @@ def _flags(factory: AlignedFactory, run: Mapping[str, Any], ticks: int) -> dict[
     p = {k: run[k] for k in PARAMS} | {"cmin": 1, "cmax": run["Cp"]}
     state = {"h": 0, "q": 0, "g": 0}
     for i, (fire, why, cap, h2) in enumerate(steps):
-        o = {k: run[f"{k}{i}"] for k in _OBS} | {"lw": 0, "lf": 0, "ld": 0, "lp": 0, "clock": 0}
+        o = {k: run[f"{k}{i}"] for k in _OBS} | dict.fromkeys(LOCAL, 0)
         _, out, state = evaluate(DP, p, state, o)
         got = (fire, why, cap or 0, h2)
         want = (out["fire"], out["reason"], out["cap"], state["h"])

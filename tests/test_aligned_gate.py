@@ -10,9 +10,12 @@ import pytest
 
 from densegate.impl.dp_gate import (
     DECODE_SEQS,
+    FILLED_RANKS,
     KV_PRESSURE_RANKS,
+    NO_DECODE_RANKS,
     PARTIAL_PREFILL_RANKS,
     RANKS,
+    VACANT_RANKS,
     VECTOR_SIZE,
     WAITING_RANKS,
     WAITING_TOKENS,
@@ -28,7 +31,7 @@ from densegate.impl.gate import Decision, Reason
 
 
 def test_vector_layout_and_cap() -> None:
-    assert VECTOR_SIZE == 6
+    assert VECTOR_SIZE == 9
     slots = [
         RANKS,
         WAITING_RANKS,
@@ -36,11 +39,19 @@ def test_vector_layout_and_cap() -> None:
         DECODE_SEQS,
         KV_PRESSURE_RANKS,
         PARTIAL_PREFILL_RANKS,
+        FILLED_RANKS,
+        NO_DECODE_RANKS,
+        VACANT_RANKS,
     ]
     assert slots == list(range(VECTOR_SIZE))
-    assert RankObservation(500, 7, True, False).to_vector(100) == [1, 1, 100, 7, 1, 0]
-    assert RankObservation(30, 0, False, True).to_vector(100) == [1, 1, 30, 0, 0, 1]
-    assert RankObservation(0, 3).to_vector(100) == [1, 0, 0, 3, 0, 0]
+    # capped at dense_tokens; filled once the capped tokens reach fill_tokens
+    assert RankObservation(500, 7, True, False).to_vector(100, 100) == [1, 1, 100, 7, 1, 0, 1, 0, 0]
+    assert RankObservation(30, 0, False, True).to_vector(100, 30) == [1, 1, 30, 0, 0, 1, 1, 1, 0]
+    assert RankObservation(29, 2).to_vector(100, 30) == [1, 1, 29, 2, 0, 0, 0, 0, 0]
+    assert RankObservation(0, 3).to_vector(100, 1) == [1, 0, 0, 3, 0, 0, 0, 0, 0]
+    assert RankObservation(0, 0).to_vector(100, 1) == [1, 0, 0, 0, 0, 0, 0, 0, 1]  # vacant
+    with pytest.raises(ValueError, match="fill_tokens=101 exceeds dense_tokens=100"):
+        RankObservation(0, 0).to_vector(100, 101)
 
 
 def _reduce(gate: AlignedGate, *ranks: RankObservation) -> ReducedObservation:
@@ -56,25 +67,29 @@ def test_from_sum_reads_the_all_reduced_vector() -> None:
         RankObservation(40, 0, partial_prefill=True),
         RankObservation(0, 5),
     )
-    assert reduced == ReducedObservation(3, 2, 140, 7, 1, 1)
-    assert reduced.to_vector() == [3, 2, 140, 7, 1, 1]
+    assert reduced == ReducedObservation(3, 2, 140, 7, 1, 1, 1, 1, 0)
+    assert reduced.to_vector() == [3, 2, 140, 7, 1, 1, 1, 1, 0]
     # what torch's tensor.tolist() or numpy gives back is accepted as is
-    assert ReducedObservation.from_sum(np.array([3, 2, 140, 7, 1, 1], dtype=np.int64), 3) == reduced
+    summed = np.array([3, 2, 140, 7, 1, 1, 1, 1, 0], dtype=np.int64)
+    assert ReducedObservation.from_sum(summed, 3) == reduced
 
 
 @pytest.mark.parametrize(
     ("vector", "world", "match"),
     [
-        ([1, 0, 0, 0, 0], 1, "6 slots, got 5"),
-        ([2, 0, 0, 0, 0, 0], 3, "ranks must equal world_size=3, got 2"),
-        ([1, 0, 0, 1.5, 0, 0], 1, r"decode_seqs must be an int, got 1\.5"),
-        ([1, True, 1, 0, 0, 0], 1, "waiting_ranks must be an int, got True"),
-        ([1, 0, 0, -1, 0, 0], 1, "decode_seqs must be >= 0, got -1"),
-        ([2, 3, 9, 0, 0, 0], 2, "waiting_ranks must be <= ranks=2, got 3"),
-        ([2, 0, 0, 0, 3, 0], 2, "kv_pressure_ranks must be <= ranks=2, got 3"),
-        ([2, 2, 1, 0, 0, 0], 2, "waiting_tokens=1 is inconsistent with waiting_ranks=2"),
-        ([2, 0, 5, 0, 0, 0], 2, "waiting_tokens=5 is inconsistent with waiting_ranks=0"),
-        ([1, 0, 0, 0, 0, 0], 0, "world_size must be >= 1, got 0"),
+        ([1, 0, 0, 0, 0, 0], 1, "9 slots, got 6"),
+        ([2, 0, 0, 0, 0, 0, 0, 0, 0], 3, "ranks must equal world_size=3, got 2"),
+        ([1, 0, 0, 1.5, 0, 0, 0, 0, 0], 1, r"decode_seqs must be an int, got 1\.5"),
+        ([1, True, 1, 0, 0, 0, 0, 0, 0], 1, "waiting_ranks must be an int, got True"),
+        ([1, 0, 0, -1, 0, 0, 0, 0, 0], 1, "decode_seqs must be >= 0, got -1"),
+        ([2, 3, 9, 0, 0, 0, 0, 0, 0], 2, "waiting_ranks must be <= ranks=2, got 3"),
+        ([2, 0, 0, 0, 3, 0, 0, 0, 0], 2, "kv_pressure_ranks must be <= ranks=2, got 3"),
+        ([2, 2, 1, 0, 0, 0, 0, 0, 0], 2, "waiting_tokens=1 is inconsistent with waiting_ranks=2"),
+        ([2, 0, 5, 0, 0, 0, 0, 0, 0], 2, "waiting_tokens=5 is inconsistent with waiting_ranks=0"),
+        ([2, 1, 5, 0, 0, 0, 2, 0, 0], 2, "filled_ranks=2 is inconsistent with waiting_ranks=1"),
+        ([2, 1, 5, 0, 0, 0, 0, 2, 0], 2, "no_decode_ranks=2 is inconsistent with waiting_ranks=1"),
+        ([2, 1, 5, 0, 0, 0, 0, 1, 2], 2, "vacant_ranks=2 is inconsistent with waiting_ranks=1"),
+        ([1, 0, 0, 0, 0, 0, 0, 0, 1], 0, "world_size must be >= 1, got 0"),
     ],
 )
 def test_bad_reduced_vector_names_slot_and_value(vector: list, world: int, match: str) -> None:
@@ -194,21 +209,23 @@ def test_each_rule_in_order_on_two_ranks() -> None:
         gate,
         (R(0, 5), R(0, 0)),  # nothing waits anywhere
         (R(4, 0), R(0, 0)),  # nobody decodes: global tail escape
-        (R(4, 0), R(0, 1)),  # rank 1 decodes, so rank 0's work is held
-        (R(4, 0), R(0, 1, kv_pressure=True)),  # KV valve
-        (R(10, 1), R(12, 0)),  # every rank has a full batch
-        (R(10, 1), R(3, 1)),  # rank 1 is under-full: not dense
-        (R(99, 1), R(3, 1)),  # capped: rank 0 cannot carry rank 1
-        (R(10, 1), R(3, 1)),  # budget
+        (R(4, 0), R(0, 1)),  # rank 0 waits with nothing to decode: never held
+        (R(4, 1), R(0, 1, kv_pressure=True)),  # KV valve
+        (R(10, 1), R(12, 1)),  # every rank has a full batch
+        (R(4, 1), R(3, 1)),  # under-full everywhere: held
+        (R(9, 1), R(3, 1)),  # still no rank filled
+        (R(4, 1), R(3, 1)),  # budget
+        (R(10, 1), R(0, 1)),  # rank 0 is filled on its own: not held for rank 1
     ) == [
         (Reason.EMPTY, 0),
         (Reason.NO_DECODE, 0),
-        (Reason.HOLD, 1),
+        (Reason.NO_DECODE, 0),
         (Reason.KV_PRESSURE, 0),
         (Reason.DENSE, 0),
         (Reason.HOLD, 1),
         (Reason.HOLD, 2),
         (Reason.BUDGET, 0),
+        (Reason.DENSE, 0),
     ]
     off = AlignedGate(dataclasses.replace(cfg, enabled=False), world_size=2)
     assert _run(off, (R(0, 5), R(0, 5)), (R(3, 5), R(0, 5))) == [
@@ -217,24 +234,38 @@ def test_each_rule_in_order_on_two_ranks() -> None:
     ]
 
 
-def test_dense_needs_every_rank_waiting() -> None:
-    """One rank with a full batch and an idle neighbour would be a mixed tick: held."""
-    gate = AlignedGate(AlignedGateConfig(dense_tokens=10, max_hold_passes=4), world_size=2)
-    assert _run(gate, *[(R(50, 3), R(0, 3))] * 4) == [
-        (Reason.HOLD, 1),
-        (Reason.HOLD, 2),
-        (Reason.HOLD, 3),
-        (Reason.BUDGET, 0),
+def test_a_filled_rank_is_not_held_for_cold_ones() -> None:
+    """Skewed routing: the hot rank fills a pass of its own while the cold ones only decode
+    or have nothing at all; a world-wide fill target would hold it until the budget."""
+    gate = AlignedGate(AlignedGateConfig(dense_tokens=10, max_hold_passes=4), world_size=3)
+    assert _run(gate, *[(R(50, 3), R(0, 3), R(1, 0))] * 2) == [(Reason.NO_DECODE, 0)] * 2
+    assert _run(gate, *[(R(50, 3), R(0, 3), R(0, 0))] * 2) == [(Reason.DENSE, 0)] * 2
+    assert _run(gate, (R(9, 3), R(0, 3), R(0, 0))) == [(Reason.HOLD, 1)]  # none filled
+
+
+def test_paced_mode_keeps_uncapped_releases_for_every_rank_dense() -> None:
+    """With the paced mode on, a filled rank or one without decodes fires PACED (capped on
+    every rank), not DENSE or NO_DECODE: an uncapped tick needs every rank dense."""
+    cfg = AlignedGateConfig(dense_tokens=10, pace_tokens=4)
+    gate = AlignedGate(cfg, world_size=2)
+    got = [gate.decide(_reduce(gate, *t), i) for i, t in enumerate(
+        [(R(50, 3), R(0, 3)), (R(4, 0), R(0, 1)), (R(10, 1), R(10, 1)), (R(4, 0), R(0, 0))]
+    )]  # fmt: skip
+    assert [(d.reason, d.cap) for d in got] == [
+        (Reason.PACED, 4),
+        (Reason.PACED, 4),
+        (Reason.DENSE, None),
+        (Reason.NO_DECODE, None),
     ]
 
 
-def test_target_fill_is_per_rank_times_world_size() -> None:
+def test_target_fill_is_per_rank() -> None:
     cfg = AlignedGateConfig(dense_tokens=10, max_hold_passes=30, target_fill=0.5)
     gate = AlignedGate(cfg, world_size=3)
-    # 5 tokens per rank on average, every rank waiting: 15 = 0.5 * 10 * 3
-    assert _run(gate, (R(9, 1), R(5, 1), R(1, 1))) == [(Reason.DENSE, 0)]
-    assert _run(gate, (R(9, 1), R(4, 1), R(1, 1))) == [(Reason.HOLD, 1)]
-    assert _run(gate, (R(10, 1), R(10, 1), R(0, 1))) == [(Reason.HOLD, 2)]
+    # a rank with 5 = 0.5 * 10 tokens is filled on its own
+    assert _run(gate, (R(5, 1), R(0, 1), R(0, 1))) == [(Reason.DENSE, 0)]
+    assert _run(gate, (R(4, 1), R(4, 1), R(4, 1))) == [(Reason.HOLD, 1)]
+    assert _run(gate, (R(10, 1), R(10, 1), R(0, 1))) == [(Reason.DENSE, 0)]
 
 
 def test_kv_valve_is_opt_in() -> None:
@@ -310,6 +341,14 @@ def test_aligned_release_fires_once_every_rank_waits_and_the_episode_is_old_enou
     got = [(d.reason, on.hold_passes) for d in (on.decide(o, t) for t, o in enumerate(ticks))]
     assert got == [(Reason.HOLD, 1), (Reason.HOLD, 2), (Reason.ALIGNED, 0), (Reason.HOLD, 1)]
     assert [off.decide(o, t).reason for t, o in enumerate(ticks)] == [Reason.HOLD] * 4
+
+
+def test_aligned_release_does_not_wait_for_a_vacant_rank() -> None:
+    """A rank with nothing waiting and nothing decoding has no pass to align: ALIGNED fires
+    once every other rank waits; a rank only decoding still holds it (it would be mixed)."""
+    gate = AlignedGate(AlignedGateConfig(dense_tokens=100, align_ticks=0), 3)
+    ticks = [(R(5, 1), R(5, 1), R(0, 0)), (R(5, 1), R(5, 1), R(0, 2))]
+    assert _run(gate, *ticks) == [(Reason.ALIGNED, 0), (Reason.HOLD, 1)]
 
 
 @pytest.mark.parametrize("bad", [-1, True, 1.5])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
 import densegate.impl.dp_gate as aligned_module
-from tests.support.dp_lockstep import AlignedLockstep
+from tests.support.dp_lockstep import AlignedLockstep, PacedLockstep
 from tests.support.mutation import (
     assert_lockstep_catches,
     assert_lockstep_passes,
@@ -39,23 +39,29 @@ class UnpacedLockstep(AlignedLockstep):
 
 
 # _rules compares, in order: fill > last_fill, waiting_ranks == 0, decodes == 0,
-# pressured > 0, waiting_ranks == world, fill >= fill_target, stall > 0,
-# tick - grew_at >= stall, h + 1 >= budget.
+# no_decode > 0, pressured > 0, waiting_ranks == world, fill >= fill_target, filled > 0,
+# stall > 0, tick - grew_at >= stall, h + 1 >= budget. Its ``and``s, inner first:
+# no_decode > 0 and not paced, kv valve and pressured, waiting_ranks == world and fill
+# >= fill_target, filled > 0 and not paced, stall > 0 and tick - grew_at >= stall.
 MUTANTS = [
-    *[("negate", i) for i in range(9)],
+    *[("negate", i) for i in range(11) if i != 5],
     ("shift", 0),  # fill >= last_fill: a flat fill counts as growth
-    ("shift", 1),  # pressured >= 0
-    ("shift", 2),  # fill > fill_target
-    ("shift", 3),  # stall >= 0: "0 = off" lost
-    ("shift", 4),  # tick - grew_at > stall
-    ("shift", 5),  # h + 1 > budget
+    ("shift", 1),  # no_decode >= 0: every waiting tick NO_DECODE
+    ("shift", 2),  # pressured >= 0
+    ("shift", 4),  # filled >= 0: DENSE on any tick
+    ("shift", 5),  # stall >= 0: "0 = off" lost
+    ("shift", 6),  # tick - grew_at > stall
+    ("shift", 7),  # h + 1 > budget
     ("off_by_one", 0),  # tick >= stall
     ("off_by_one", 1),  # h >= budget
-    ("keep_right", 0),  # KV valve flag ignored
-    ("keep_right", 1),  # dense without every rank waiting
-    ("keep_left", 1),  # dense whenever every rank waits
-    ("keep_right", 2),  # stall test without the "0 = off" guard
+    ("keep_right", 0),  # NO_DECODE on every tick the paced mode is off
+    ("keep_right", 1),  # KV valve flag ignored
+    ("keep_left", 2),  # dense whenever every rank waits
+    ("keep_right", 3),  # DENSE on every tick the paced mode is off
+    ("keep_right", 4),  # stall test without the "0 = off" guard
     ("drop_not", 0),  # enabled test inverted
+    ("drop_not", 1),  # a no-decode rank held unless paced
+    ("drop_not", 2),  # a filled rank fires DENSE only in paced mode
     ("drop_assign:self._grew_at", 0),
     ("drop_assign:self._last_fill", 0),
     ("drop_assign:self._h", 0),  # a fire no longer resets h
@@ -67,6 +73,26 @@ MUTANTS = [
 def test_lockstep_catches_injected_bug(kind: str, index: int) -> None:
     mod = mutant_module(aligned_module, SCOPE, kind, index)
     assert_lockstep_catches(UnpacedLockstep, mod, _MUTANT_SETTINGS, raises=(AssertionError, Flaky))
+
+
+# Caught only with the paced mode on. Off, the every-rank half of DENSE adds nothing to the
+# filled half (F >= T*N over N capped summands means one of them reaches T), so a slip in
+# it is equivalent there; on, it is the only uncapped release.
+PACED_MUTANTS = [
+    ("negate", 5),  # dense once the aggregate fills with some rank not waiting
+    ("shift", 3),  # fill > fill_target
+    ("keep_right", 2),  # dense without every rank waiting
+    ("keep_left", 0),  # a no-decode rank fires NO_DECODE uncapped in paced mode
+    ("keep_left", 3),  # a filled rank fires DENSE uncapped in paced mode
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "index"), PACED_MUTANTS, ids=[f"{k}{i}" for k, i in PACED_MUTANTS]
+)
+def test_paced_lockstep_catches_injected_bug(kind: str, index: int) -> None:
+    mod = mutant_module(aligned_module, SCOPE, kind, index)
+    assert_lockstep_catches(PacedLockstep, mod, _MUTANT_SETTINGS, raises=(AssertionError, Flaky))
 
 
 # _aligned compares, in order: align >= 0, h >= align, waiting_ranks == world.

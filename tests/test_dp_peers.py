@@ -304,7 +304,8 @@ def test_peer_phase_slots_and_local_view() -> None:
         phase.at_tick(tick)
         plan = engine.plan()
         vec = RankObservation(plan.waiting_tokens, plan.decode_seqs, False,
-                              bool(plan.partials)).to_vector(engine.config.dense)  # fmt: skip
+                              bool(plan.partials)).to_vector(engine.config.dense,
+                                                             engine.config.dense)  # fmt: skip
         phase.before_collective(c, vec)
         extras.append(list(c.extra))
         c.all_reduce_sum(vec)

@@ -48,11 +48,13 @@ def check_healthy(results: dict[int, list[RankReport]], world: int, n: int) -> N
             assert sorted(rep.finished, key=int) == sorted(rep.assigned, key=int)
         done = [rid for rep in reps.values() for rid in rep.finished]
         assert sorted(done, key=int) == [str(i) for i in range(n)]  # each exactly once
-    # Under one decision a DENSE tick has every rank waiting, and NO_DECODE / EMPTY
-    # leave nobody only decoding, so only the valves (or the gate being off) can make
-    # a coordinated tick mixed.
+    # An ALIGNED tick has every rank waiting or vacant and an EMPTY one nothing waiting, so
+    # neither leaves a rank only decoding beside a prefill. DENSE and NO_DECODE may: a
+    # filled rank, or one with nothing to decode, is never held for the others (the
+    # starvation a world-wide fill target caused); beside them only the valves (or the
+    # gate being off) can make a coordinated tick mixed.
     mixed = phase(results, "coordinated")[0].alignment["mixed_by_reason"]
-    assert set(mixed) <= {"BUDGET", "STALL", "KV_PRESSURE", "DISABLED"}
+    assert set(mixed) <= {"BUDGET", "STALL", "KV_PRESSURE", "DISABLED", "DENSE", "NO_DECODE"}
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -187,5 +189,11 @@ def test_least_loaded_balances_prompt_tokens_across_ranks() -> None:
     config = DPConfig(engine, router="least-loaded")
     reps = phase(run_group(4, trace, config).reports, "coordinated")
     prompts = [rep.figures["prompt_tokens"] for rep in reps.values()]
-    assert max(prompts) < 1.1 * min(prompts)
-    assert reps[0].alignment["mixed_ticks"] == 0
+    requests = [rep.figures["requests"] for rep in reps.values()]
+    # The router balances the backlog it reads each tick, not the run's total: a filled
+    # rank, or one with nothing to decode, is released on its own, so backlogs drain at
+    # different ticks and the totals spread (measured: 14276-26327 prompt tokens, 49-51
+    # requests; under the world-wide fill target, since replaced, 20185-21178).
+    assert max(requests) - min(requests) <= 2
+    assert max(prompts) < 2 * min(prompts)
+    assert set(reps[0].alignment["mixed_by_reason"]) <= {"DENSE", "NO_DECODE"}

@@ -3,7 +3,7 @@
 Engines embed ``densegate.impl`` alone, so it never loads z3, the spec, the
 proofs, the laboratory (``densegate.lab``: cost model, benchmark, comparison
 policies, fault injection, benchmark phases) or an optional engine. Inside it
-the dependency direction is gate -> sched / dp_gate -> runners -> engine ->
+the dependency direction is gate -> sched / dp_vector / dp_gate -> runners -> engine ->
 traces -> dp: the core never reaches up, and no module cycle exists.
 """
 
@@ -39,6 +39,7 @@ LAYER: dict[str, int] = {
     "settings": 0,
     "gate": 1,
     "sched": 2,
+    "dp_vector": 2,
     "dp_gate": 2,
     "runners": 3,
     "engine": 4,

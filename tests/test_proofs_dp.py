@@ -21,7 +21,8 @@ from densegate.proofs.dp_obligations import DP_MUTANTS, DP_OBLIGATIONS
 from densegate.proofs.dp_paced import PACED_OBLIGATIONS
 from densegate.proofs.obligation import Obligation
 from densegate.proofs.prover import prove
-from densegate.spec.dp_gate import DP, DpMachine, one_rank, pair
+from densegate.spec.dp_gate import DP, DpMachine
+from densegate.spec.dp_products import one_rank, pair
 from densegate.spec.machine import Machine, evaluate
 from tests.support.prove_run import prove_run
 
@@ -53,7 +54,7 @@ def test_d_obligations_are_for_all_parameters_and_any_rank_count(
 
 def test_triggers_are_the_implications_antecedents(proved: dict[str, dict[str, Any]]) -> None:
     d3 = [t["condition"] for t in proved["D3"]["triggers"]]
-    assert d3 == ["And(W@0 > 0, D@0 == 0)", "reason@0 == NO_DECODE"]
+    assert d3 == ["And(W@0 > 0, Or(D@0 == 0, Nd@0 > 0))", "reason@0 == NO_DECODE"]
 
 
 # -- replaying traces ----------------------------------------------------------------------
@@ -123,7 +124,7 @@ def _impl_run(params: dict[str, Any], rows: list[dict[str, Any]]) -> list[tuple[
     gate = _aligned(params)
     out = []
     for row in rows:
-        vec = [params["N"], row["W"], row["F"], row["D"], row["P"], row["C"]]
+        vec = [params["N"], *(row[k] for k in ("W", "F", "D", "P", "C", "Fl", "Nd", "Va"))]
         dec = gate.decide(ReducedObservation.from_sum(vec, params["N"]), row["t"])
         out.append((dec.reason.name, dec.cap or 0, tuple(gate.state)))
     return out
@@ -148,7 +149,15 @@ def test_mutant_traces_separate_mutant_from_implementation(
                 single = PrefillGate(GateConfig(p["B"], p["K"], p["enabled"]))
                 wide = {**p, "N": 1, "T": p["B"], "S": 0, "kv": False, "al": False, "pc": False}
                 aligned = [
-                    {"W": int(r["w"] > 0), "F": min(r["w"], p["B"]), "D": r["d"], **r}
+                    {
+                        "W": int(r["w"] > 0),
+                        "F": min(r["w"], p["B"]),
+                        "D": r["d"],
+                        "Fl": int(r["w"] >= p["B"]),
+                        "Nd": int(r["w"] > 0 and r["d"] == 0),
+                        "Va": int(r["w"] == 0 and r["d"] == 0),
+                        **r,
+                    }
                     for r in rows[:n]
                 ]
                 impl = _h(_impl_run(wide, aligned))
@@ -201,7 +210,8 @@ def test_two_budgets_hold_their_sum_the_aligned_gate_one_budget() -> None:
     K, B, N = 30, 100, 2
     params = {"B": B, "K": K, "N": N, "T": B, "S": 0, "kv": False, "enabled": True}
     params |= {"al": False, "A": 0, "pc": False, "Cp": 1, "cmin": 1, "cmax": 1}
-    obs = {"W": 2, "F": 10, "D": 4, "P": 0, "C": 0, "lw": 1, "lf": 5, "ld": 2, "lp": 0}
+    obs = {"W": 2, "F": 10, "D": 4, "P": 0, "C": 0, "Fl": 0, "Nd": 0, "Va": 0}
+    obs |= {"lw": 1, "lf": 5, "ld": 2, "lp": 0, "lfl": 0, "lnd": 0, "lva": 0}
 
     def holds(machine: DpMachine) -> int:
         state = {k: 0 for k in machine.state_sorts}
@@ -255,8 +265,8 @@ def test_leaky_spec_fails_agreement_with_counterexample() -> None:
 
 
 def test_wrong_refinement_fails_with_counterexample() -> None:
-    strict = DP_MUTANTS["dense_strict"].machine
-    assert isinstance(strict, DpMachine)
-    r = prove(dataclasses.replace(_ob("D6"), machine=one_rank(strict)))
+    eager = DP_MUTANTS["stall_zero_not_off"].machine
+    assert isinstance(eager, DpMachine)
+    r = prove(dataclasses.replace(_ob("D6"), machine=one_rank(eager)))
     assert r.status == "failed" and r.trace is not None
     assert r.trace.rows[-1]["reason"] != r.trace.rows[-1]["dp_reason"]

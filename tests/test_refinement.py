@@ -81,7 +81,7 @@ def test_r1_mutants_include_one_of_the_stall_valve_refuted_with_it_on(
 def _r2_disagrees(cls: type, row: dict[str, Any], p: dict[str, Any]) -> bool:
     v = {**p, **row}
     fresh, dec, nxt = dp_gate._run(cls, v)
-    obs = {k: v[k] for k in ("W", "F", "D", "P", "C", "t")}
+    obs = {k: v[k] for k in dp_gate.OBS}
     _, out, s2 = evaluate(DP, p, {k: v[k] for k in ("h", "q", "g")}, obs)
     spec = (out["fire"], out["reason"], (s2["h"], s2["q"], s2["g"]))
     return tuple(fresh) != (0, 0, 0) or (dec.fire, dec.reason.name, tuple(nxt)) != spec

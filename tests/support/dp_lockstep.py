@@ -34,6 +34,10 @@ pace_tokens = st.integers(1, 64)
 """A pace cap: the spec takes any value in [cmin, cmax]; the lockstep passes cmin = 1 and
 cmax = the cap itself, which the gate never reads."""
 run_lengths = st.integers(1, 30)
+_SHARED = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va")
+"""The spec's names of the gate's slots after RANKS, in vector order."""
+_LOCAL = {"lw": 1, "lf": 2, "ld": 3, "lp": 4, "lfl": 6, "lnd": 7, "lva": 8}
+"""The spec's names of one rank's own summand, by slot."""
 advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 
 
@@ -92,9 +96,8 @@ class AlignedLockstep(RuleBasedStateMachine):
         reduced = self.impl.ReducedObservation.from_sum(total, len(ranks))
         dec = self.gate.decide(reduced, self.tick)
         own = vectors[who % len(ranks)]
-        obs = dict(zip(("W", "F", "D", "P", "C"), total[1:], strict=True))
-        obs |= {"t": self.tick, "lw": own[1], "lf": own[2], "ld": own[3], "lp": own[4]}
-        obs["clock"] = clock
+        obs = dict(zip(_SHARED, total[1:], strict=True)) | {"t": self.tick, "clock": clock}
+        obs |= {k: own[i] for k, i in _LOCAL.items()}
         _, out, nxt = evaluate(self.spec, self.params, self.state, obs)
         AlignedLockstep.ticks += 1
         AlignedLockstep.paced_ticks += dec.cap is not None
@@ -124,10 +127,17 @@ class AlignedLockstep(RuleBasedStateMachine):
         self.stuck_ranks = ranks(some, st.just(0))
         lopsided = st.one_of(st.just(0), st.integers(B, 2 * B))
         self.lopsided_ranks = ranks(lopsided, st.integers(0, 8))
-        # Every rank waits under its fill share, decodes, no KV pressure: ALIGNED's ground.
+        # Every rank waits under its fill share and decodes, or is vacant (nothing waits or
+        # decodes); no KV pressure: ALIGNED's ground.
         short = st.integers(1, max(1, self.config.fill_tokens - 1))
         calm = st.tuples(short, st.integers(1, 8), st.just(False), st.booleans())
-        self.aligned_ranks = st.lists(calm, min_size=n, max_size=n)
+        vacant = st.just((0, 0, False, False))
+        calm_or_vacant = st.one_of(calm, calm, vacant)
+        self.aligned_ranks = st.lists(calm_or_vacant, min_size=n, max_size=n)
+        # One hot rank with a full batch, the others thin, vacant or decoding only.
+        cold = st.tuples(st.integers(0, 2), st.integers(0, 8), few, st.booleans())
+        hot = st.tuples(st.integers(B, 2 * B), st.integers(0, 8), few, st.booleans())
+        self.skewed_ranks = st.tuples(hot, st.lists(cold, min_size=n - 1, max_size=n - 1))
 
     def _draw(self, data: st.DataObject, strategy: Any) -> list[Any]:
         rows = data.draw(strategy, label="ranks")
@@ -167,8 +177,17 @@ class AlignedLockstep(RuleBasedStateMachine):
             self._tick(ranks, who=i, clock=3 * i)
 
     @rule(data=st.data(), n=run_lengths)
+    def skewed(self, data: st.DataObject, n: int) -> None:
+        """One hot rank fills a pass of its own, the cold ones cannot: DENSE (paced mode
+        off) must not wait for them."""
+        hot, cold = data.draw(self.skewed_ranks, label="ranks")
+        ranks = [self.impl.RankObservation(*row) for row in (*cold, hot)]
+        for i in range(n):
+            self._tick(ranks, who=i, clock=i)
+
+    @rule(data=st.data(), n=run_lengths)
     def all_waiting_thin(self, data: st.DataObject, n: int) -> None:
-        """Every rank waits, none has its fill share: the ALIGNED release fires at h = A."""
+        """Every rank waits or is vacant, none has its fill share: ALIGNED fires at h = A."""
         ranks = self._draw(data, self.aligned_ranks)
         for i in range(n):
             self._tick(ranks, who=i, clock=i)
