@@ -111,6 +111,7 @@ _SLOTS = (
     "vacant_ranks",
 )
 
+
 @dataclass(frozen=True, slots=True)
 class RankObservation:
     """What one rank knows locally this tick; only its vector leaves the rank.
