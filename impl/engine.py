@@ -70,6 +70,7 @@ class EngineConfig(SchedulerConfig):
         if self.model is not None and self.runner == "null":
             object.__setattr__(self, "runner", "torch")
         super().__post_init__()
+        self.check_sizes()
         # A prompt token and an output token: no request fits below 2.
         check_int("EngineConfig", "max_model_len", self.max_model_len, 2)
         check_choice("EngineConfig", "runner", self.runner, _RUNNERS)

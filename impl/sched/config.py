@@ -10,7 +10,12 @@ from dataclasses import dataclass
 from densegate.impl.gate import GateConfig
 from densegate.impl.validation import MAX_SIZE, check_bool, check_int, check_optional_int
 
-__all__ = ["REFERENCE_CONFIG", "SchedulerConfig"]
+__all__ = ["REFERENCE_CONFIG", "SIZES", "SchedulerConfig"]
+
+SIZES = ("max_num_seqs", "max_num_batched_tokens", "block_size", "num_blocks", "max_model_len",
+         "max_hold_passes", "pass_log_size", "stall_passes", "long_prefill_token_threshold",
+         "dense_tokens")  # fmt: skip
+"""The fields ``check_sizes`` bounds by ``validation.MAX_SIZE``."""
 
 
 @dataclass(frozen=True)
@@ -22,7 +27,8 @@ class SchedulerConfig:
     dense pass is always reachable. ``long_prefill_token_threshold`` caps one
     request's chunk (default: no cap beyond the pass budget). ``stall_passes`` > 0
     turns on the gate's STALL valve (``GateConfig``); 0, the default, keeps it off.
-    Every size is at most ``validation.MAX_SIZE``: a bigger one only fails to allocate.
+    An engine's sizes are at most ``validation.MAX_SIZE`` (``check_sizes``: a bigger one only
+    fails to allocate); the scheduler alone takes any, as its proofs (R3) do.
     """
 
     max_num_seqs: int = 64
@@ -49,10 +55,10 @@ class SchedulerConfig:
             "max_hold_passes",
             "pass_log_size",
         ):
-            check_int(owner, name, getattr(self, name), 1, MAX_SIZE)
-        check_int(owner, "stall_passes", self.stall_passes, 0, MAX_SIZE)
+            check_int(owner, name, getattr(self, name), 1)
+        check_int(owner, "stall_passes", self.stall_passes, 0)
         for name in ("long_prefill_token_threshold", "dense_tokens"):
-            check_optional_int(owner, name, getattr(self, name), 1, MAX_SIZE)
+            check_optional_int(owner, name, getattr(self, name), 1)
         for name in ("enable_chunked_prefill", "gate_enabled"):
             check_bool(owner, name, getattr(self, name))
         if self.max_num_batched_tokens < self.max_num_seqs:
@@ -71,6 +77,12 @@ class SchedulerConfig:
                 f"{owner}.dense_tokens ({self.dense_tokens}) must be <= max_num_batched_tokens "
                 f"({self.max_num_batched_tokens}), or no pass could ever be dense"
             )
+
+    def check_sizes(self) -> None:
+        """``ValueError`` naming the first size over ``MAX_SIZE`` (an engine's check)."""
+        owner = type(self).__name__
+        for name in SIZES:
+            check_optional_int(owner, name, getattr(self, name), None, MAX_SIZE)
 
     @property
     def dense(self) -> int:
