@@ -43,6 +43,7 @@ LAYER: dict[str, int] = {
     "dp_gate": 2,
     "runners": 3,
     "engine": 4,
+    "engine_config": 4,
     "traces": 5,
     "dp": 6,
 }
