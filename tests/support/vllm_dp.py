@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from densegate.lab.bench.step_price import DUMMY_PASS, pass_work
+from densegate.lab.cost.model import PassWork
 from tests.support.vllm_harness import TOKEN, Limits, build, prompt_tokens
 
 
@@ -66,6 +68,8 @@ class RankRun:
     finished: dict[str, str] = field(default_factory=dict)
     decisions: list[tuple[int, bool, str]] = field(default_factory=list)
     """The DP gate's log: (step_counter, fire, reason)."""
+    token_steps: dict[str, list[int]] = field(default_factory=dict)
+    """Per request the steps ``g`` its tokens came out in (the priced side by side's ITL)."""
 
 
 class StubExecutor:
@@ -76,21 +80,26 @@ class StubExecutor:
     def __init__(self) -> None:
         self.last: tuple[int, int] | None = None
         self.dummies = 0
+        self.work: PassWork | None = None
+        """The last pass's work for the cost model (a pricing router takes it)."""
 
     def execute_model(self, so: Any, non_block: bool = False) -> Any:
         from vllm.v1.outputs import ModelRunnerOutput
 
         sched = self.scheduler
         ids = list(so.num_scheduled_tokens)
-        prefill = decodes = 0
+        chunks: list[tuple[int, int]] = []
+        starts: list[int] = []
         for rid in ids:
             r = sched.requests[rid]
             n = so.num_scheduled_tokens[rid]
-            if r.num_computed_tokens - n >= r.num_prompt_tokens:
-                decodes += 1
+            start = r.num_computed_tokens - n  # the scheduler advanced it when it scheduled
+            if start >= r.num_prompt_tokens:
+                starts.append(start)
             else:
-                prefill += n
-        self.last = (prefill, decodes)
+                chunks.append((start, n))
+        self.last = (sum(n for _, n in chunks), len(starts))
+        self.work = pass_work(chunks, starts)
         sampled = [[] if sched.requests[rid].is_prefill_chunk else [TOKEN] for rid in ids]
         out = ModelRunnerOutput(
             req_ids=ids, req_id_to_index={r: k for k, r in enumerate(ids)},
@@ -105,6 +114,7 @@ class StubExecutor:
 
     def execute_dummy_batch(self) -> None:
         self.dummies += 1
+        self.work = DUMMY_PASS
 
     scheduler: Any = None
 
@@ -233,5 +243,6 @@ def _drain(core: Any, run: RankRun, g: int) -> None:
             if o.new_token_ids:
                 run.first_token.setdefault(o.request_id, g)
                 run.tokens[o.request_id] = run.tokens.get(o.request_id, 0) + len(o.new_token_ids)
+                run.token_steps.setdefault(o.request_id, []).extend([g] * len(o.new_token_ids))
             if o.finish_reason is not None:
                 run.finished[o.request_id] = o.finish_reason.name

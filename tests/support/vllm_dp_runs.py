@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from densegate.lab.bench.step_price import StepClock
 from tests.support.vllm_dp import (
     Arrival,
     RankRun,
@@ -51,6 +52,9 @@ class Scenario:
     """(rank, step): that rank's process exits there."""
     timeout_s: int = 20
     """The DP group's timeout (vLLM's ``cpu_distributed_timeout_seconds``)."""
+    pinned: bool = False
+    """``run_threads``: each arrival goes to its ``rank``, as a request's ``data_parallel_rank``
+    makes vLLM's client route it (external routing), instead of the load balancer's choice."""
 
     def config_of(self, rank: int) -> dict[str, Any] | None:
         return self.densegate[rank] if self.densegate else {}
@@ -151,13 +155,33 @@ class _Lb:
 
     arrivals: Sequence[Arrival]
     scheds: list[Any]
+    pinned: bool = False
+    clock: StepClock | None = None
+    """Priced: arrivals' ``step`` is their modeled us, released as this clock passes them."""
+    executors: list[Any] = field(default_factory=list)
     g: list[int] = field(default_factory=lambda: [0])
     any_now: list[bool] = field(default_factory=lambda: [False])
 
+    def _due(self) -> list[Arrival]:
+        clock = self.clock
+        if clock is None:
+            g = self.g[0]
+            return [a for a in self.arrivals if a.step == g]
+        works = [ex.work for ex in self.executors]
+        for ex in self.executors:
+            ex.work = None
+        if any(w is not None for w in works):
+            clock.close(works)  # the step every rank just ran (or joined with a dummy)
+        else:
+            clock.idle()  # nobody ran a pass: every engine idle until the next arrival
+        return [self.arrivals[i] for i in clock.due()]
+
     def route(self) -> None:
-        g = self.g[0]
-        now = [a for a in self.arrivals if a.step == g]
+        now = self._due()
         for a in now:
+            if self.pinned:
+                self.scheds[a.rank].add_request(make_request(a))
+                continue
             best, best_score = 0, float("inf")
             for i, s in enumerate(self.scheds):
                 running, waiting = s.get_request_counts()
@@ -171,8 +195,11 @@ class _Lb:
         self.any_now[0] = bool(now)
 
 
-def run_threads(sc: Scenario, max_steps: int = 20_000) -> list[RankRun]:
-    """The ranks as threads of this process, routed by ``_Lb``; the gate per ``sc.gate``."""
+def run_threads(
+    sc: Scenario, max_steps: int = 20_000, clock: StepClock | None = None
+) -> list[RankRun]:
+    """The ranks as threads of this process, routed by ``_Lb``; the gate per ``sc.gate``.
+    With ``clock`` arrivals are in modeled us (``Arrival.step``) and every step is priced."""
     from densegate.integrations.vllm import dp_core
 
     if sc.gate:
@@ -180,9 +207,15 @@ def run_threads(sc: Scenario, max_steps: int = 20_000) -> list[RankRun]:
     else:
         dp_core.uninstall()
     scheds = [build_scheduler(sc.limits, sc.config_of(r), sc.world) for r in range(sc.world)]
-    lb = _Lb(sc.arrivals, scheds)
+    lb = _Lb(sc.arrivals, scheds, sc.pinned, clock, [None] * sc.world)
     barrier = threading.Barrier(sc.world, action=lb.route, timeout=sc.timeout_s)
     steps = sorted({a.step for a in sc.arrivals})
+
+    def next_arrival(g: int) -> int | None:
+        if clock is not None:
+            return g + 1 if clock.pending else None  # the router jumps the clock there
+        return next((s for s in steps if s > g), None)
+
     port = free_port()
     runs: list[RankRun | BaseException | None] = [None] * sc.world
 
@@ -196,10 +229,8 @@ def run_threads(sc: Scenario, max_steps: int = 20_000) -> list[RankRun]:
         try:
             group = dp_group(port, r, sc.world, sc.timeout_s)
             core = make_core(scheds[r], group, r, sc.world, sc.timeout_s)
-            runs[r] = drive(
-                core, feed, lambda g: next((s for s in steps if s > g), None),
-                max_steps=max_steps,
-            )  # fmt: skip
+            lb.executors[r] = core.model_executor
+            runs[r] = drive(core, feed, next_arrival, max_steps=max_steps)
         except BaseException as e:
             runs[r] = e
             barrier.abort()

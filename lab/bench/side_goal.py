@@ -1,0 +1,91 @@
+"""Issue 32's goal for the engine side by sides, one verdict per bar and scenario.
+
+In every scenario densegate's default must finish the trace in at most 1.05x plain's
+steps, with TTFT p99 in steps no worse than the best reference arm's (vLLM: the best
+cadence arm; SGLang: the delayer) and, where arms hold passes, a held share no larger
+than the delayer's; priced by the cost model, modeled tokens/s at least 0.995x the best
+other arm's and TTFT p99 and ITL p99 in ms no worse than the best other arm's; no
+decision disagreement, every request finished. ``goal`` returns each bar's verdict so a
+script can print the misses honestly and exit on them only when asked (``--goal``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["STEPS_RATIO", "TOKENS_RATIO", "Verdict", "goal"]
+
+STEPS_RATIO = 1.05
+TOKENS_RATIO = 0.995
+
+
+@dataclass(frozen=True)
+class Verdict:
+    scenario: str
+    dp: int
+    bar: str
+    met: bool
+    detail: str
+
+    def line(self) -> str:
+        verdict = "met" if self.met else "missed"
+        return f"goal: {verdict} {self.scenario} dp={self.dp} {self.bar}: {self.detail}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "dp": self.dp, "bar": self.bar, "met": self.met,
+                "detail": self.detail}  # fmt: skip
+
+
+def _best(rows: Sequence[Mapping[str, Any]], key: str, high: bool) -> tuple[float, str]:
+    pick = max if high else min
+    row = pick(rows, key=lambda r: float(r["modeled"][key]))
+    return float(row["modeled"][key]), str(row["name"])
+
+
+def goal(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    ours: str = "densegate",
+    plain: str = "plain",
+    ttft_refs: Sequence[str],
+    held_ref: str | None = None,
+) -> list[Verdict]:
+    """Every bar's verdict per (scenario, dp). A row has ``scenario``, ``dp``, ``name``
+    (the arm), ``steps``, ``ttft_steps_p99``, ``disagreements``, ``finished``,
+    ``submitted``, ``modeled`` (``tokens_per_s``, ``ttft_ms_p99``, ``itl_ms_p99``) and,
+    with ``held_ref``, ``held_share``."""
+    out: list[Verdict] = []
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["scenario"]), int(r["dp"])), []).append(r)
+    for (sc, dp), at in groups.items():
+        by = {str(r["name"]): r for r in at}
+        us, base = by[ours], by[plain]
+        others = [r for r in at if r["name"] != ours]
+
+        def add(bar: str, met: bool, detail: str, sc: str = sc, dp: int = dp) -> None:
+            out.append(Verdict(sc, dp, bar, met, detail))
+
+        s, p = us["steps"], base["steps"]
+        add("steps", s <= STEPS_RATIO * p, f"{s} vs plain {p} ({s / max(p, 1):.2f}x, bar 1.05x)")
+        refs = [by[n] for n in ttft_refs]
+        ref = min(refs, key=lambda r: float(r["ttft_steps_p99"]))
+        t, rt = float(us["ttft_steps_p99"]), float(ref["ttft_steps_p99"])
+        add("ttft-steps", t <= rt, f"p99 {t:.0f} vs {ref['name']} {rt:.0f} steps")
+        if held_ref is not None:
+            h, rh = float(us["held_share"]), float(by[held_ref]["held_share"])
+            add("held-share", h <= rh, f"{100 * h:.1f}% vs {held_ref} {100 * rh:.1f}%")
+        m = us["modeled"]
+        best, name = _best(others, "tokens_per_s", high=True)
+        add("modeled-tokens/s", m["tokens_per_s"] >= TOKENS_RATIO * best,
+            f"{m['tokens_per_s']:.0f} vs {name} {best:.0f} (bar 0.995x)")  # fmt: skip
+        for key, label in (("ttft_ms_p99", "modeled-ttft-p99"), ("itl_ms_p99", "modeled-itl-p99")):
+            best, name = _best(others, key, high=False)
+            add(label, m[key] <= best, f"{m[key]:.1f} ms vs {name} {best:.1f} ms")
+        add("disagreements", us["disagreements"] == 0, f"{us['disagreements']}")
+        unfinished = [f"{r['name']} {r['finished']}/{r['submitted']}" for r in at
+                      if r["finished"] != r["submitted"]]  # fmt: skip
+        add("finished", not unfinished, ", ".join(unfinished) or "every arm finished every request")
+    return out
