@@ -206,7 +206,7 @@ def table(rows: list[dict[str, Any]], profile: str) -> str:
             f"{r['underfull_prefill_steps']} | {r['decode_tokens_decode_only']} | "
             f"{r['ttft_steps_p50']:.0f} / {r['ttft_steps_p99']:.0f} / {r['ttft_steps_max']:.0f} | "
             f"{r['disagreements']} | {r['finished']}/{r['submitted']} | "
-            f"{m['tokens_per_s']:.0f} | {m['ttft_ms_p99']:.1f} | {m['itl_ms_p99']:.1f} |"
+            f"{m['tokens_per_s']:.0f} | {m['ttft_ms_p99']:.1f} | {m['itl_ms_p99']:.2f} |"
         )
     return "\n".join(lines)
 

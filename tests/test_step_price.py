@@ -54,6 +54,7 @@ def test_a_step_costs_the_slowest_rank_plus_the_collective() -> None:
     assert clock.ends_us[1] - clock.ends_us[0] == round(1e3 * MODEL.pass_ms(small)) + coll
     clock.close([None, None])  # nobody ran a pass: the collective alone
     assert clock.ends_us[2] - clock.ends_us[1] == coll
+    assert clock.starts_us == [0, *clock.ends_us[:2]]
 
 
 def test_arrivals_are_due_once_the_clock_passes_them() -> None:

@@ -83,7 +83,7 @@ def goal(
             f"{m['tokens_per_s']:.0f} vs {name} {best:.0f} (bar 0.995x)")  # fmt: skip
         for key, label in (("ttft_ms_p99", "modeled-ttft-p99"), ("itl_ms_p99", "modeled-itl-p99")):
             best, name = _best(others, key, high=False)
-            add(label, m[key] <= best, f"{m[key]:.1f} ms vs {name} {best:.1f} ms")
+            add(label, m[key] <= best, f"{m[key]:.2f} ms vs {name} {best:.2f} ms")
         add("disagreements", us["disagreements"] == 0, f"{us['disagreements']}")
         unfinished = [f"{r['name']} {r['finished']}/{r['submitted']}" for r in at
                       if r["finished"] != r["submitted"]]  # fmt: skip

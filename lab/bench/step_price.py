@@ -76,8 +76,9 @@ class StepClock:
     profile: str = "model"
     """The profile's name, printed with every modeled figure."""
     now_us: int = 0
+    starts_us: list[int] = field(default_factory=list)
     ends_us: list[int] = field(default_factory=list)
-    """Per step (in order) the modeled time it ended at."""
+    """Per step (in order) the modeled times it started and ended at."""
     _order: list[int] = field(init=False, repr=False)
     _next: int = field(default=0, init=False, repr=False)
     _prices: dict[PassWork, int] = field(default_factory=dict, init=False, repr=False)
@@ -119,6 +120,7 @@ class StepClock:
     def close(self, works: Sequence[PassWork | None]) -> int:
         """Price one step: the slowest rank's pass plus the collective; its index."""
         slowest = max((self.pass_us(w) for w in works if w is not None), default=0)
+        self.starts_us.append(self.now_us)
         self.now_us += slowest + self._collective_us
         self.ends_us.append(self.now_us)
         return len(self.ends_us) - 1

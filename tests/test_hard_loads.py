@@ -1,0 +1,92 @@
+"""The engine side by sides' hard loads and issue 32's goal verdicts: each load has the shape
+its name promises, and every bar is met or missed by the figures it names."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pytest
+
+from densegate.lab.bench.hard_loads import HOT_SHARE, LOADS, OSC_PERIOD, hard_load
+from densegate.lab.bench.side_goal import goal
+
+STEP_US = 7000
+
+
+def _load(name: str, dp: int = 4, n: int = 100) -> Any:
+    return hard_load(name, dp, n, 0.2, STEP_US, prompt_median=96, output_median=40,
+                     max_model_len=1024)  # fmt: skip
+
+
+def test_every_load_is_seeded_and_sized() -> None:
+    for name in LOADS:
+        a, b = _load(name), _load(name)
+        assert a == b and len(a.requests) == 400
+        assert all(r.at_us >= 0 and r.prompt_len >= 2 and r.output_len >= 1 for r in a.requests)
+        mean_gap = max(r.at_us for r in a.requests) / len(a.requests) / STEP_US
+        assert mean_gap == pytest.approx(1 / (0.2 * 4), rel=0.3), name  # the mean rate kept
+    assert _load("poisson") != hard_load("poisson", 4, 100, 0.2, STEP_US, prompt_median=96,
+                                         output_median=40, max_model_len=1024, seed=1)  # fmt: skip
+
+
+def test_skewed_pins_about_three_quarters_to_rank_zero() -> None:
+    reqs = _load("skewed").requests
+    assert all(r.rank is not None for r in reqs)
+    hot = sum(r.rank == 0 for r in reqs) / len(reqs)
+    assert hot == pytest.approx(HOT_SHARE, abs=0.06)
+    assert {r.rank for r in reqs} == {0, 1, 2, 3}
+    assert all(r.rank is None for r in _load("poisson").requests)
+
+
+def test_oscillating_alternates_and_bursts_arrive_together() -> None:
+    reqs = _load("oscillating").requests
+    half = OSC_PERIOD * STEP_US
+    high = sum(int(r.at_us // half) % 2 == 0 for r in reqs)
+    assert high > 0.8 * len(reqs)  # 1.8x against 0.2x: 90 % in the high halves
+    bursts = _load("long-bursts").requests
+    sizes = [sum(1 for r in bursts if r.at_us == t) for t in sorted({r.at_us for r in bursts})]
+    assert statistics.mean(sizes) >= 15  # bursts of 4 * dp at once
+
+
+def test_kv_tight_has_longer_requests_and_a_share() -> None:
+    tight, base = _load("kv-tight"), _load("poisson")
+    assert tight.kv_share < 1.0 == base.kv_share
+
+    def mean_len(load: Any) -> float:
+        return statistics.mean(r.prompt_len + r.output_len for r in load.requests)
+
+    assert mean_len(tight) > 1.5 * mean_len(base)
+
+
+def test_bad_loads_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown load"):
+        _load("nope")
+    with pytest.raises(ValueError, match="must be > 0"):
+        hard_load("poisson", 0, 1, 0.2, STEP_US, prompt_median=9, output_median=9,
+                  max_model_len=64)  # fmt: skip
+
+
+def _row(name: str, steps: int, ttft: float, tok: float, ttft_ms: float, itl_ms: float,
+         **kw: Any) -> dict[str, Any]:  # fmt: skip
+    modeled = {"tokens_per_s": tok, "ttft_ms_p99": ttft_ms, "itl_ms_p99": itl_ms}
+    row = {"scenario": "s", "dp": 2, "name": name, "steps": steps, "ttft_steps_p99": ttft,
+           "disagreements": 0, "finished": 10, "submitted": 10, "held_share": 0.0,
+           "modeled": modeled}  # fmt: skip
+    row.update(kw)
+    return row
+
+
+def test_goal_meets_and_misses_each_bar_on_its_figure() -> None:
+    base = [_row("plain", 100, 5, 1000, 30, 8), _row("cadence-2", 100, 4, 990, 40, 8)]
+    ok = goal([*base, _row("densegate", 105, 4, 995, 30, 8)], ttft_refs=["cadence-2"])
+    assert all(v.met for v in ok) and len(ok) == 7
+    bad = goal([*base, _row("densegate", 106, 5, 994, 31, 8.1, disagreements=1,
+                            finished=9)], ttft_refs=["cadence-2"])  # fmt: skip
+    assert not any(v.met for v in bad)
+    assert bad[0].line().startswith("goal: missed s dp=2 steps: 106 vs plain 100")
+    held = goal([_row("plain", 1, 1, 1, 1, 1, held_share=0.0),
+                 _row("sglang", 1, 1, 1, 1, 1, held_share=0.2),
+                 _row("densegate", 1, 1, 1, 1, 1, held_share=0.3)],
+                ttft_refs=["sglang"], held_ref="sglang")  # fmt: skip
+    assert [v.bar for v in held if not v.met] == ["held-share"]
