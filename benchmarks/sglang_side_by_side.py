@@ -1,36 +1,41 @@
 #!/usr/bin/env python3
-"""SGLang's real ``PrefillDelayer`` and densegate's replacement, side by side, on the same loads.
+"""SGLang's real ``PrefillDelayer``, densegate's and none, on the same loads, priced.
 
-Each scenario gives every DP rank a sequence of arrivals; each rank is a
-``RankLoad`` (``tests/support/sglang_load.py``) that plays SGLang 0.5.23's
-per-pass protocol through SGLang's real ``PrefillDelayerSinglePassExecutor``
-(the executor per pass, the chunk continuation and the first admissible
-request asking it, ``finalize`` joining for a rank nobody asked on). Ranks run
-as threads in lockstep; the only thing that differs between the two policies
-is the delayer behind the executor:
+Each scenario routes its arrivals to DP ranks; each rank is a ``RankLoad``
+(``tests/support/sglang_load.py``) that plays SGLang 0.5.23's per-pass protocol
+through SGLang's real ``PrefillDelayerSinglePassExecutor`` (the executor per pass, the
+chunk continuation and the first admissible request asking it, ``finalize`` joining
+for a rank nobody asked on). Ranks run as threads in lockstep
+(``tests/support/sglang_priced.py``); the arms differ only in the delayer behind the
+executor: ``plain`` (none: SGLang without ``--enable-prefill-delayer``), ``sglang``
+(SGLang's own ``PrefillDelayer``, its gather in process; defaults: no low watermark, no
+queue trigger) and ``densegate`` (``DenseGatePrefillDelayer`` at its defaults). Both
+delayers get K = ``--prefill-delayer-max-delay-passes`` (SGLang's default, 30).
 
-- ``sglang``: SGLang's own ``PrefillDelayer``, built with ``PrefillDelayer.__new__``
-  and its fields set as its constructor would, its ``_gather_info`` replaced by an
-  in-process gather of the ranks' real contributions (as SGLang's own CPU test
-  of the delayer does); defaults: no low watermark, no queue trigger;
-- ``densegate``: ``DenseGatePrefillDelayer`` with its defaults (``dense_tokens`` =
-  the chunk size, target fill 1, valves off), its all-gather likewise replaced
-  by an in-process sum, fed the pass observation its scheduler hook records.
+Scenarios: the failures of SGLang's public threads, rebuilt from their descriptions
+(``lopsided``: one rank always prefillable, another never, cf. #29898 and #32880;
+``all-stuck``: every rank prefillable with a batch that never grows, #29898;
+``chunked``: chunked-prefill continuations on one rank, #32389 and #35017;
+``oscillating``: a load around the threshold, #35241), densegate's bench workloads
+(round-robin routed, SGLang's default ``--load-balance-method``), and the hard loads of
+``densegate.lab.bench.hard_loads`` (``skewed``: ~75 % of arrivals pinned to rank 0, as a
+request's ``data_parallel_rank`` can; ``oscillating-rate``, ``long-bursts``,
+``kv-tight`` with a KV pool of ``kv_share`` of a full batch), at dp = 2, 4, 8. Every
+pass is priced by the cost model (``densegate.lab.bench.step_price``; ``--profile``,
+the H100-SXM roofline by default): the slowest rank's modeled pass for what it ran,
+plus the collective; arrivals are in modeled seconds (a scenario's arrival pass is a
+nominal step: the modeled pass of 256 prefill tokens) and reach their rank once the
+modeled clock passes them. Per scenario and arm: passes, the longest run of held
+passes, the share held, mixed passes (a rank prefills while another only decodes),
+TTFT p99 in passes, passes where ranks' verdicts differed, requests finished, and the
+modeled tokens/s, TTFT p99 and ITL p99 (ms).
 
-Both get K = ``--prefill-delayer-max-delay-passes`` (SGLang's default, 30).
-Scenarios: the failures of SGLang's public threads, rebuilt from their
-descriptions (``lopsided``: one rank always prefillable, another never, cf.
-#29898 and #32880; ``all-stuck``: every rank prefillable with a batch that never
-grows, #29898; ``chunked``: chunked-prefill continuations on one rank, #32389 and
-#35017; ``oscillating``: a load around the threshold, #35241), and densegate's bench
-workloads at dp = 2, 4, 8. Per scenario and policy: the longest run of held
-passes, the share of passes held, mixed passes (a rank prefills while another
-only decodes), passes where ranks' verdicts differed, requests finished of
-submitted. Passes are the unit: no model runs, no clock is read.
-
-Run from the repository root in a venv with SGLang (``.ci/sglang_venv DIR``):
-``python benchmarks/sglang_side_by_side.py`` (``--json`` for the figures as JSON,
-``--requests N`` to shrink the bench workloads).
+Exit 1 when densegate holds K passes in a row, disagrees across ranks or leaves a
+request unfinished (the bar CI holds today). Issue 32's goal
+(``densegate.lab.bench.side_goal``) is printed per scenario as ``goal: met`` / ``goal:
+missed`` lines; ``--goal`` also exits 1 on a missed one. Run from the repository root
+in a venv with SGLang (``.ci/sglang_venv DIR``): ``python benchmarks/sglang_side_by_side.py``
+(``--json`` for the figures as JSON, ``--requests N`` to shrink the bench workloads).
 """
 
 from __future__ import annotations
@@ -38,27 +43,40 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
+from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import TraceRequest  # noqa: E402
+from densegate.lab.bench.hard_loads import LOADS, hard_load  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, goal  # noqa: E402
+from densegate.lab.bench.step_price import (  # noqa: E402
+    DEFAULT_PROFILE,
+    StepClock,
+    load_profile,
+    nominal_step_us,
+)
 from densegate.lab.bench.workloads import WORKLOADS  # noqa: E402
-from tests.support.sglang_load import Limits, PassResult, RankLoad  # noqa: E402
+from tests.support.sglang_load import Limits  # noqa: E402
+from tests.support.sglang_priced import PricedRun, Routed, run_priced  # noqa: E402
 
 K = 30
 """SGLang's default ``--prefill-delayer-max-delay-passes``."""
 LIMITS = Limits()
-MAX_PASSES = 60_000
-"""A run that has not drained by then stops (and shows unfinished requests)."""
-POLICIES = ("sglang", "densegate")
-BARRIER_TIMEOUT_S = 120
-"""A rank that misses a pass's gather fails the run (BrokenBarrierError), never hangs it."""
+POLICIES = ("plain", "sglang", "densegate")
+DPS = (2, 4, 8)
+BENCH_REQUESTS = 200
+"""Requests per bench workload (the workloads' own sizes take minutes here)."""
+HARD_REQUESTS_PER_RANK = 24
+HARD_RATE_PER_RANK = 0.5
+"""The hard loads: arrivals per nominal step per rank, on average."""
+NOMINAL_TOKENS = 256
+"""The nominal step: the modeled pass of this many prefill tokens (arrival passes -> us)."""
+HARD = tuple(n for n in LOADS if n != "poisson")
 
 
 @dataclass(frozen=True)
@@ -66,7 +84,16 @@ class Scenario:
     name: str
     dp: int
     ranks: list[list[TraceRequest]]
-    """Each rank's arrivals."""
+    """Each rank's arrivals (arrival passes: nominal steps), or none with ``routed``."""
+    routed: tuple[Routed, ...] = ()
+    """Arrivals in modeled us with their ranks (the hard loads)."""
+    limits: Limits = LIMITS
+
+    def requests(self, step_us: int) -> tuple[Routed, ...]:
+        if self.routed:
+            return self.routed
+        return tuple(Routed(r.arrival_pass * step_us, r.prompt_len, r.output_len, rank)
+                     for rank, reqs in enumerate(self.ranks) for r in reqs)  # fmt: skip
 
 
 def _issue_scenarios() -> list[Scenario]:
@@ -90,11 +117,11 @@ def _issue_scenarios() -> list[Scenario]:
     return [lopsided, stuck, chunked, Scenario("oscillating", 2, osc)]
 
 
-def _bench_scenarios(requests: int | None) -> list[Scenario]:
+def _bench_scenarios(requests: int | None, dps: list[int]) -> list[Scenario]:
     out = []
     for name, workload in WORKLOADS.items():
         trace = workload.trace(0, requests)
-        for dp in (2, 4, 8):
+        for dp in dps:
             ranks: list[list[TraceRequest]] = [[] for _ in range(dp)]
             for i, req in enumerate(sorted(trace, key=lambda r: r.arrival_pass)):
                 ranks[i % dp].append(req)
@@ -102,134 +129,36 @@ def _bench_scenarios(requests: int | None) -> list[Scenario]:
     return out
 
 
-class _Exchange:
-    """The in-process collective: every rank posts its row, all read every row."""
-
-    def __init__(self, dp: int) -> None:
-        self.rows: list[list[list[int]]] = [[[] for _ in range(dp)] for _ in range(2)]
-        self.barrier = threading.Barrier(dp, timeout=BARRIER_TIMEOUT_S)
-        self.calls = [0] * dp
-
-    def gather(self, rank: int, row: list[int]) -> list[list[int]]:
-        buf = self.rows[self.calls[rank] % 2]  # two buffers: a fast rank cannot overwrite
-        self.calls[rank] += 1
-        buf[rank] = row
-        self.barrier.wait()
-        return [list(r) for r in buf]
-
-
-def _sglang_delayer(dp: int, rank: int, ex: _Exchange) -> Any:
-    import torch
-    from sglang.srt.managers.prefill_delayer import PrefillDelayer
-
-    d = PrefillDelayer.__new__(PrefillDelayer)
-    fields = {  # what PrefillDelayer.__init__ sets, with SGLang's defaults
-        "_max_delay_passes": K,
-        "_token_usage_low_watermark": None,
-        "_debug_log_enabled": False,
-        "_queue_min_ratio": None,
-        "_max_delay_ms": 5000.0,
-        "_queue_trigger_enabled": False,
-        "_prefill_max_requests": None,
-        "num_dp_ranks": dp,
-        "attn_dp_enabled": True,
-        "_metrics_collector": None,
-        "_curr_state": None,
-        "skip_first_delayer": True,
-    }
-    for k, v in fields.items():
-        setattr(d, k, v)
-
-    def gather_info(**info: Any) -> Any:
-        row = [int(info["local_prefillable"]), int(info["local_token_watermark_force_allow"])]
-        row += [int(info[k]) for k in ("running_batch", "max_prefill_bs", "waiting_queue_len")]
-        row.append(int(info["queue_timeout_expired"]))
-        return torch.tensor(ex.gather(rank, row), dtype=torch.int64)
-
-    d._gather_info = gather_info
-    return d
+def _hard_scenarios(requests_per_rank: int | None, step_us: int, dps: list[int]) -> list[Scenario]:
+    out = []
+    for name in HARD:
+        for dp in dps:
+            load = hard_load(
+                name, dp, requests_per_rank or HARD_REQUESTS_PER_RANK, HARD_RATE_PER_RANK,
+                step_us, prompt_median=256, output_median=64, max_model_len=4096, seed=5,
+            )  # fmt: skip
+            routed = tuple(Routed(r.at_us, r.prompt_len, r.output_len,
+                                  i % dp if r.rank is None else r.rank)
+                           for i, r in enumerate(load.requests))  # fmt: skip
+            limits = LIMITS
+            if load.kv_share < 1.0:
+                lens = [r.prompt_len + r.output_len for r in load.requests]
+                pool = load.kv_share * LIMITS.max_running_requests * sum(lens) / len(lens)
+                limits = replace(LIMITS, kv_tokens=max(round(pool), max(lens)))
+            out.append(Scenario(name, dp, [], routed, limits))
+    return out
 
 
-def _densegate_delayer(dp: int, rank: int, ex: _Exchange) -> Any:
-    from densegate.integrations.sglang.config import PluginSettings, gate_config
-    from densegate.integrations.sglang.delayer import DenseGatePrefillDelayer
-
-    d = DenseGatePrefillDelayer.__new__(DenseGatePrefillDelayer)
-    d.settings = PluginSettings()
-    d.gate_config = gate_config(
-        d.settings,
-        max_delay_passes=K,
-        max_prefill_tokens=LIMITS.max_prefill_tokens,
-        chunked_prefill_size=LIMITS.chunked_prefill_size,
-    )
-    d.token_usage_low_watermark = None
-    d._start(
-        num_dp_ranks=dp,
-        attn_dp_enabled=True,
-        group=None,
-        device="cpu",
-        width=1,
-        metrics_collector=None,
-        debug_log=False,
-    )
-    d.reduce = lambda vec: [sum(col) for col in zip(*ex.gather(rank, vec), strict=True)]
-    return d
+def run(scenario: Scenario, policy: str, model: Any, profile: str, step_us: int) -> dict[str, Any]:
+    """One scenario under one arm on the modeled clock; the figures of the run."""
+    reqs = scenario.requests(step_us)
+    clock = StepClock(model, [r.at_us for r in reqs], profile)
+    return _figures(scenario, policy, run_priced(scenario.dp, reqs, policy, scenario.limits,
+                                                 clock, K))  # fmt: skip
 
 
-def run(scenario: Scenario, policy: str) -> dict[str, Any]:
-    """One scenario under one policy, every rank a thread; the figures of the run."""
-    from sglang.srt.managers.prefill_delayer import (
-        PrefillDelayerSinglePassExecutor,
-        RecentPrefillBatchSizeTracker,
-    )
-
-    from densegate.integrations.sglang.observe import PassObservation
-
-    dp = scenario.dp
-    ex, done = _Exchange(dp), _Exchange(dp)
-    make: Callable[[int, int, _Exchange], Any] = (
-        _sglang_delayer if policy == "sglang" else _densegate_delayer
-    )
-    loads = [RankLoad(LIMITS) for _ in range(dp)]
-    for load, reqs in zip(loads, scenario.ranks, strict=True):
-        for req in reqs:
-            load.add(req)
-    passes: list[list[PassResult]] = [[] for _ in range(dp)]
-    errors: list[BaseException] = []
-
-    def rank_loop(rank: int) -> None:
-        try:
-            delayer, load = make(dp, rank, ex), loads[rank]
-            tracker = RecentPrefillBatchSizeTracker(window_size=16)
-            hook = None
-            if policy == "densegate":
-
-                def hook(view: RankLoad) -> None:
-                    delayer.observe_pass(PassObservation(*view.observation()))
-
-            for t in range(MAX_PASSES):
-                executor = PrefillDelayerSinglePassExecutor(delayer, token_usage=0.5)
-                passes[rank].append(load.step(t, executor, tracker, before=hook))
-                if not any(done.gather(rank, [int(load.has_work())])[r][0] for r in range(dp)):
-                    return
-        except BaseException as e:
-            errors.append(e)
-            ex.barrier.abort()
-            done.barrier.abort()
-
-    threads = [threading.Thread(target=rank_loop, args=(r,)) for r in range(dp)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    if errors:
-        raise errors[0]
-    return _figures(scenario, policy, passes, loads)
-
-
-def _figures(
-    scenario: Scenario, policy: str, passes: list[list[PassResult]], loads: list[RankLoad]
-) -> dict[str, Any]:
+def _figures(scenario: Scenario, policy: str, run: PricedRun) -> dict[str, Any]:
+    passes, loads = run.passes, run.loads
     n = len(passes[0])
     held = mixed = disagree = run_len = longest = 0
     for t in range(n):
@@ -243,6 +172,9 @@ def _figures(
         prefills = any(p.prefill_reqs for p in row)
         decode_only = any(p.decode_seqs and not p.prefill_reqs for p in row)
         mixed += prefills and decode_only
+    ttft = [float(r.passes[0] - at) for load in loads
+            for r, at in zip(load.served, load.arrived_at, strict=True) if r.passes]  # fmt: skip
+    priced = [(r.at, r.passes) for load in loads for r in load.served]
     return {
         "name": scenario.name,
         "dp": scenario.dp,
@@ -251,41 +183,45 @@ def _figures(
         "max_consecutive_holds": longest,
         "held_share": round(held / n, 4) if n else 0.0,
         "mixed_passes": mixed,
+        "ttft_passes_p99": percentile(ttft, 99) or 0.0,
         "disagreements": disagree,
         "finished": sum(load.finished for load in loads),
         "submitted": sum(load.submitted for load in loads),
         "max_delay_passes": K,
+        "modeled": run.clock.figures(priced),
     }
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
-    head = "| scenario | dp | policy | passes | longest hold | held | mixed | disagree | finished |"
-    lines = [head, "|" + "---|" * 9]
+def verdicts(rows: list[dict[str, Any]]) -> list[Verdict]:
+    """Issue 32's goal: the goal's rows name the scenario ``scenario`` and the arm ``name``."""
+    as_goal = [{**r, "scenario": r["name"], "name": r["policy"], "steps": r["passes"],
+                "ttft_steps_p99": r["ttft_passes_p99"]} for r in rows]  # fmt: skip
+    return goal(as_goal, ttft_refs=["sglang"], held_ref="sglang")
+
+
+def _table(rows: list[dict[str, Any]], profile: str) -> str:
+    head = (
+        "| scenario | dp | arm | passes | longest hold | held | mixed | TTFT p99 passes "
+        "| disagree | finished | modeled tok/s | modeled TTFT p99 ms | modeled ITL p99 ms |"
+    )
+    lines = [f"modeled figures: profile {profile}", head, "|" + "---|" * 13]
     for r in rows:
+        m = r["modeled"]
         lines.append(
             f"| {r['name']} | {r['dp']} | {r['policy']} | {r['passes']} | "
             f"{r['max_consecutive_holds']} | {100 * r['held_share']:.1f}% | {r['mixed_passes']} | "
-            f"{r['disagreements']} | {r['finished']}/{r['submitted']} |"
+            f"{r['ttft_passes_p99']:.0f} | {r['disagreements']} | "
+            f"{r['finished']}/{r['submitted']} | "
+            f"{m['tokens_per_s']:.0f} | {m['ttft_ms_p99']:.1f} | {m['itl_ms_p99']:.2f} |"
         )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--requests", type=int, default=None, help="requests per bench workload")
-    args = ap.parse_args(argv)
-    if args.requests is not None and args.requests < 1:
-        ap.error(f"--requests must be >= 1, got {args.requests}")
-    scenarios = _issue_scenarios() + _bench_scenarios(args.requests)
-    rows = [run(s, policy) for s in scenarios for policy in POLICIES]
-    if args.json:
-        keys = [k for k in rows[0] if k != "passes"] if rows else []
-        print(json.dumps({"scenarios": [{k: r[k] for k in keys} for r in rows]}, indent=1))
-    else:
-        print(_table(rows))
-    bad = [
-        r
+def failures(rows: list[dict[str, Any]]) -> list[str]:
+    """Today's bar: densegate never holds K passes in a row, never disagrees, finishes all."""
+    return [
+        f"{r['name']} dp={r['dp']}: longest hold {r['max_consecutive_holds']}, "
+        f"{r['disagreements']} disagreements, {r['finished']}/{r['submitted']} finished"
         for r in rows
         if r["policy"] == "densegate"
         and (
@@ -294,7 +230,59 @@ def main(argv: list[str] | None = None) -> int:
             or r["finished"] != r["submitted"]
         )
     ]
-    return 1 if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--goal", action="store_true", help="also exit 1 when a goal bar is missed")
+    ap.add_argument("--requests", type=int, default=BENCH_REQUESTS,
+                    help="requests per bench workload")  # fmt: skip
+    ap.add_argument("--requests-per-rank", type=int, default=HARD_REQUESTS_PER_RANK,
+                    help="requests per rank of the hard loads")  # fmt: skip
+    ap.add_argument("--profile", default=DEFAULT_PROFILE, help="the cost model's profile")
+    ap.add_argument("--scenarios", default="issue,bench,hard",
+                    help="groups (issue, bench, hard) or scenario names")  # fmt: skip
+    ap.add_argument("--dps", default=",".join(map(str, DPS)), help="dp sizes (bench, hard)")
+    args = ap.parse_args(argv)
+    for flag, value in (("--requests", args.requests),
+                        ("--requests-per-rank", args.requests_per_rank)):  # fmt: skip
+        if value < 1:
+            ap.error(f"{flag} must be >= 1, got {value}")
+    try:
+        prof = load_profile(args.profile)
+        dps = [int(d) for d in args.dps.split(",")]
+    except ValueError as e:
+        ap.error(f"bad --profile or --dps: {e}")
+    if any(d < 2 for d in dps):
+        ap.error("--dps: DP sizes are >= 2")
+    step_us = nominal_step_us(prof.model, NOMINAL_TOKENS)
+    groups = {
+        "issue": _issue_scenarios(),
+        "bench": _bench_scenarios(args.requests, dps),
+        "hard": _hard_scenarios(args.requests_per_rank, step_us, dps),
+    }
+    want = set(args.scenarios.split(","))
+    scenarios = [s for g, ss in groups.items() for s in ss if g in want or s.name in want]
+    if not scenarios:
+        ap.error(f"--scenarios {args.scenarios!r} selects nothing")
+    rows = [run(s, p, prof.model, prof.name, step_us) for s in scenarios for p in POLICIES]
+    ver = verdicts(rows)
+    if args.json:
+        doc = {"profile": prof.name, "nominal_step_us": step_us, "scenarios": rows,
+               "goal": [v.as_dict() for v in ver]}  # fmt: skip
+        print(json.dumps(doc, indent=1))
+    else:
+        print(_table(rows, prof.name))
+        print("\n".join(v.line() for v in ver))
+    bad = failures(rows)
+    for line in bad:
+        print(f"FAIL: {line}", file=sys.stderr)
+    missed = [v for v in ver if not v.met]
+    if args.goal:
+        for v in missed:
+            print(f"FAIL: {v.line()}", file=sys.stderr)
+    return 1 if bad or (args.goal and missed) else 0
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ Arms:
 
 Scenarios (``densegate.lab.bench.hard_loads``), each at dp 2 and 4: ``today`` (the
 trace this script always ran), ``skewed`` (~75 % of arrivals pinned to rank 0),
-``oscillating``, ``long-bursts`` and ``kv-tight``. Every step is priced by the cost
+``oscillating-rate``, ``long-bursts`` and ``kv-tight``. Every step is priced by the cost
 model (``densegate.lab.bench.step_price``; ``--profile``, the H100-SXM roofline by
 default): the slowest rank's modeled pass for what its scheduler scheduled, plus the
 collective; arrivals are in modeled seconds and reach the router once the modeled

@@ -40,7 +40,7 @@ def test_skewed_pins_about_three_quarters_to_rank_zero() -> None:
 
 
 def test_oscillating_alternates_and_bursts_arrive_together() -> None:
-    reqs = _load("oscillating").requests
+    reqs = _load("oscillating-rate").requests
     half = OSC_PERIOD * STEP_US
     high = sum(int(r.at_us // half) % 2 == 0 for r in reqs)
     assert high > 0.8 * len(reqs)  # 1.8x against 0.2x: 90 % in the high halves

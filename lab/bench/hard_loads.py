@@ -9,8 +9,8 @@ same fraction of an engine's capacity on any profile). Lengths are log-normal
 - ``poisson``: Poisson arrivals routed by the engine's own balancer (today's scenario);
 - ``skewed``: the same arrivals, ~75 % pinned to rank 0 and the rest spread over the
   others, as external routing (vLLM's ``data_parallel_rank`` on a request) can do;
-- ``oscillating``: the rate alternating between 1.8x and 0.2x the mean every ``OSC_PERIOD``
-  nominal steps (SGLang #35241's load around the threshold);
+- ``oscillating-rate``: the rate alternating between 1.8x and 0.2x the mean every
+  ``OSC_PERIOD`` nominal steps (SGLang #35241's load around the threshold);
 - ``long-bursts``: bursts of ``4 * dp`` requests at once, the mean rate kept;
 - ``kv-tight``: Poisson arrivals with longer requests and ``kv_share`` of the engine's
   KV pool, so admission waits on free KV (and vLLM preempts).
@@ -29,7 +29,7 @@ HOT_SHARE = 0.75
 """The share of arrivals the skewed load pins to rank 0."""
 OSC_PERIOD = 40.0
 """Nominal steps per half-period of the oscillating load."""
-LOADS = ("poisson", "skewed", "oscillating", "long-bursts", "kv-tight")
+LOADS = ("poisson", "skewed", "oscillating-rate", "long-bursts", "kv-tight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,7 @@ def _times(name: str, n: int, rate: float, rng: random.Random, dp: int) -> list[
         return out
     while len(out) < n:
         now = rate
-        if name == "oscillating":  # equal time high and low: the mean rate is kept
+        if name == "oscillating-rate":  # equal time high and low: the mean rate is kept
             now *= 0.2 if int(t // OSC_PERIOD) % 2 else 1.8
         t += rng.expovariate(now)
         out.append(t)
