@@ -156,19 +156,19 @@ _ONE_ENGINE = ((VLLM, "stall_passes"), (VLLM_DP, "stall_passes"))
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("dense_tokens", "int", REQUIRED, "B: a pass of B waiting tokens is dense "
-            "(every rank at B fires DENSE)", low=1, carriers=(*_ENGINES, SGLANG)),
+            "(a rank at B fires DENSE)", low=1, carriers=(*_ENGINES, SGLANG)),
     Setting("max_hold_passes", "int", 30, "K: the most ticks an episode is held (BUDGET)",
             low=1, carriers=_ENGINES),
     Setting("enabled", "bool", True, "the gate itself (false: every tick fires, DISABLED)",
             carriers=_ENGINES),
-    Setting("target_fill", "fraction", 1.0, "the fraction of B per rank the aggregate fill "
-            "must reach to fire DENSE", carriers=(DP, SGLANG)),
+    Setting("target_fill", "fraction", 1.0, "the fraction of B that fills a rank: any rank "
+            "filled, or every rank waiting at that aggregate, fires DENSE", carriers=(DP, SGLANG)),
     Setting("stall_ticks", "int", 0, "fire once the aggregate fill has not grown for this many "
             "ticks", low=0, off="the STALL valve off", carriers=CARRIERS, renamed=_ONE_ENGINE),
     Setting("kv_pressure_valve", "bool", False, "fire while any rank's KV is over its high "
             "watermark", off="the KV valve off", carriers=(DP, SGLANG)),
-    Setting("align_ticks", "int", None, "fire once every rank has waiting work and the "
-            "episode has been held A ticks (0: at once; proved as D8)", low=0,
+    Setting("align_ticks", "int", None, "fire once every rank has waiting work or is "
+            "vacant and the episode has been held A ticks (0: at once; proved as D8)", low=0,
             off="the ALIGNED release off", flag="--align-ticks", metavar="A",
             carriers=(DP, VLLM_DP, SGLANG)),
     Setting("pace_tokens", "int", None, "never hold while work waits; a tick not every rank "

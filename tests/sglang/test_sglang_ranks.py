@@ -120,7 +120,7 @@ def test_an_idle_rank_joins_every_pass(four: dict[int, Any]) -> None:
     assert idle["submitted"] == 0
     assert idle["ticks"] == PASSES
     assert not any(idle["negotiated_locally"])  # it only ever joined through finalize
-    assert all(rec[5] == (1, 0, 0, 0, 0, 0) for rec in idle["records"])
+    assert all(rec[5] == (1, 0, 0, 0, 0, 0, 0, 0, 1) for rec in idle["records"])  # vacant
     assert any(four[0]["negotiated_locally"])
 
 

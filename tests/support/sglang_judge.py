@@ -50,8 +50,9 @@ def dp_spec_mismatches(
     state = {"h": 0, "q": 0, "g": 0}
     bad = []
     for tick, fire, reason, hold, reduced, local in records:
-        obs = dict(zip(("W", "F", "D", "P", "C"), reduced[1:6], strict=True))
+        obs = dict(zip(("W", "F", "D", "P", "C", "Fl", "Nd", "Va"), reduced[1:9], strict=True))
         obs |= {"t": tick, "lw": local[1], "lf": local[2], "ld": local[3], "lp": local[4]}
+        obs |= {"lfl": local[6], "lnd": local[7], "lva": local[8]}
         obs["clock"] = 7 * tick + 3  # any clock: the decision must not read it
         _, out, nxt = evaluate(DP, params, state, obs)
         want = (bool(out["fire"]), str(out["reason"]), int(nxt["h"]))
@@ -70,9 +71,13 @@ def kit_judge(records: list[Record], cfg: AlignedGateConfig, world: int) -> dict
     B = cfg.dense_tokens
     log = []
     for _, fire, reason, hold, reduced, _ in records:
-        W, F, D = reduced[1], reduced[2], reduced[3]
-        w = B if world == W and world * B <= F else min(F, B - 1) if W else 0
-        log.append(RecordedPass(Observation(w, D, D, 0), Decision(fire, Reason[reason]), hold))
+        W, F, D, filled, no_decode = reduced[1], reduced[2], reduced[3], reduced[6], reduced[7]
+        # The one-rank view of the aligned rules: a filled rank (or every rank at B) is a
+        # dense pass, a waiting rank with no decode a pass with nothing decoding.
+        dense = filled > 0 or (world == W and world * B <= F)
+        w = B if dense else min(F, B - 1) if W else 0
+        d = 0 if no_decode else D
+        log.append(RecordedPass(Observation(w, d, d, 0), Decision(fire, Reason[reason]), hold))
     return judge_recorded(GateConfig(B, cfg.max_hold_passes, cfg.enabled), log)
 
 

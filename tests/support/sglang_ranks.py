@@ -157,7 +157,7 @@ def rank_main(rank: int, plan: RankPlan, port: int, model: str, out: Any) -> Non
             results.append(load.step(t, ex, tracker, before=hook))
         records = [
             (p.tick, p.fire, p.reason.name, p.hold_passes, p.reduced, tuple(p.local.to_vector(
-                delayer.gate_config.dense_tokens)))
+                delayer.gate_config.dense_tokens, delayer.gate_config.fill_tokens)))
             for p in delayer.log
         ]  # fmt: skip
         payload = {
