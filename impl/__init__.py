@@ -18,7 +18,7 @@ from densegate.impl.dp_gate import (
     RankObservation,
     ReducedObservation,
 )
-from densegate.impl.engine import Engine, EngineConfig, RequestMetrics, RequestOutput
+from densegate.impl.engine import Engine, EngineBusy, EngineConfig, RequestMetrics, RequestOutput
 from densegate.impl.gate import Decision, GateConfig, GateInput, GatePolicy, PrefillGate, Reason
 from densegate.impl.sched.batch import (
     BatchKind,
@@ -52,6 +52,7 @@ __all__ = [
     "Decision",
     "DecoderModel",
     "Engine",
+    "EngineBusy",
     "EngineConfig",
     "GateConfig",
     "GateInput",

@@ -6,17 +6,24 @@ request it submitted. Malformed arguments (wrong types) raise at once. A pass
 whose runner raises, or returns other than one token per sampled chunk, is
 undone and raises ``PassFailed`` (``densegate.impl.sched.failures``): its
 requests run again or end ABORTED, per ``EngineConfig.runner_retries``.
+
+Threads: ``add_request`` and ``abort`` may be called from any thread, and from
+inside a pass (the runner's ``execute``, a gate policy); they are queued and taken
+at the pass boundary (``densegate.impl.inbox``). ``step``, ``plan``, ``execute``
+and ``generate`` run passes: one thread at a time, never from inside a pass
+(``EngineBusy``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from densegate.impl.engine_config import EngineConfig
 from densegate.impl.gate import Decision, GatePolicy
+from densegate.impl.inbox import EngineBusy, Inbox, runs_passes
+from densegate.impl.outputs import RequestMetrics, RequestOutput, metrics_of, output_of
 from densegate.impl.runners.hf_config import checkpoint_dir
 from densegate.impl.runners.tokenizer import TextCodec
 from densegate.impl.sched.admission import checked_request, rejection
@@ -27,44 +34,9 @@ from densegate.impl.sched.request import Request, RequestStatus, stop_set
 from densegate.impl.sched.scheduler import Scheduler
 from densegate.impl.validation import check_instance
 
-__all__ = ["Engine", "EngineConfig", "RequestMetrics", "RequestOutput"]
+__all__ = ["Engine", "EngineBusy", "EngineConfig", "RequestMetrics", "RequestOutput"]
 
 _Prompt = TypeVar("_Prompt", str, list[int])  # generate(): text in, text out; ids in, ids out
-
-
-@dataclass(frozen=True, slots=True)
-class RequestOutput:
-    """What one ``step()`` says about one request."""
-
-    request_id: str
-    new_token_ids: list[int]
-    status: RequestStatus
-    finished: bool
-    """True once the request has ended (finished, aborted or rejected)."""
-    reason: str | None = None
-    output_token_ids: list[int] | None = None
-    """All output tokens, given once the request has ended."""
-
-
-@dataclass(frozen=True, slots=True)
-class RequestMetrics:
-    """Per-request timings in passes (the scheduler's clock) and seconds (wall clock).
-
-    ``ttft_passes`` counts the pass that produced the first token: a request
-    added before pass p and answered in pass p has ``ttft_passes == 1``.
-    """
-
-    request_id: str
-    status: RequestStatus
-    prompt_tokens: int
-    output_tokens: int
-    arrival_pass: int
-    first_token_pass: int | None
-    finish_pass: int | None
-    ttft_passes: int | None
-    ttft_s: float | None
-    tpot_s: float | None
-    preemptions: int
 
 
 class Engine:
@@ -86,13 +58,13 @@ class Engine:
         self.vocab_size: int | None = getattr(model_cfg, "vocab_size", None)
         self.eos_token_ids = frozenset[int](getattr(model_cfg, "eos_token_ids", ()))
         self.tokenizer = TextCodec(checkpoint_dir(self.config.model))
-        self._requests: dict[str, Request] = {}
         self._unreported: list[Request] = []
         self._live = 0
-        self._next_seq = 0
         self._open: PassPlan | None = None  # from plan(), not executed yet
         self._deferred: list[Request] = []  # aborted while _open runs them
         self._held: list[RequestOutput] = []  # others' outputs seen inside generate()
+        self._inbox = Inbox(self._take)  # what any thread adds or aborts, taken between passes
+        self._requests = self._inbox.requests
         self._strikes = Strikes(self.config.runner_retries)
         self.report_outputs = True  # False: execute() reports none of the requests its pass ran
         self.scheduler_seconds = 0.0
@@ -124,57 +96,50 @@ class Engine:
 
         An automatic id is ``str(n)`` for the next arrival number ``n`` no caller's
         id took; a caller's id already in use (ended or not) raises ``ValueError``.
+        Any thread may call it, a pass too: the scheduler takes it at the pass boundary.
         """
         prompt = checked_request(prompt_token_ids, max_tokens)
-        seq = self._next_seq
-        if request_id is None:
-            while str(seq) in self._requests:
-                seq += 1  # arrival numbers only need to increase; gaps are fine
-        rid = str(seq) if request_id is None else request_id
-        if not isinstance(rid, str):
-            raise ValueError(f"request_id must be a str, got {rid!r}")
-        if rid in self._requests:
-            raise ValueError(f"request_id {rid!r} is already in use; pass another, or None")
-        self._next_seq = seq + 1
-        req = Request(rid, seq, prompt, max_tokens, self.scheduler.pass_index, time.perf_counter())
-        eos = () if ignore_eos else self.eos_token_ids
-        req.stop_token_ids = stop_set(stop_token_ids, eos, self.vocab_size)
-        self._requests[rid] = req
+        if request_id is not None and not isinstance(request_id, str):
+            raise ValueError(f"request_id must be a str, got {request_id!r}")
+        stops = stop_set(stop_token_ids, () if ignore_eos else self.eos_token_ids, self.vocab_size)
         reason = self.rejection(prompt, max_tokens)
-        if reason is not None:
-            req.status = RequestStatus.REJECTED
-            req.finish_reason = reason
-            req.finish_pass = req.arrival_pass
-            self._unreported.append(req)
-        else:
-            self.scheduler.add(req)
-            self._live += 1
-        return rid
+        return self._inbox.add(request_id, prompt, max_tokens, stops, reason)
 
     def abort(self, request_id: str) -> bool:
-        """End a request; False if it had ended (or its abort was pending) already.
+        """End a request; False if it had ended (or its abort was taken) already.
 
-        Between ``plan()`` and ``execute()``, a request the open plan runs is not
-        ended at once: the pass runs as planned and decided (the gate's count and
-        data-parallel agreement stay true), then it ends ABORTED, reported with
-        that pass's outputs, unless the pass finished it. A new ``plan()`` instead
-        ends it first. Any other request ends at once. Unknown ids: ``KeyError``.
+        Any thread may call it, a pass too: it is taken at the pass boundary, so True
+        means it ends ABORTED unless the pass in flight finishes it. Between ``plan()``
+        and ``execute()``, a request the open plan runs is not ended at once: the pass
+        runs as planned and decided (the gate's count and data-parallel agreement stay
+        true), then it ends ABORTED, reported with that pass's outputs, unless the pass
+        finished it. A new ``plan()`` ends it first. Any other request ends at once.
+        Unknown ids: ``KeyError``.
         """
-        req = self._requests.get(request_id)
-        if req is None:
-            raise KeyError(f"unknown request_id {request_id!r}")
-        if req.status.ended or any(r is req for r in self._deferred):
-            return False
+        return self._inbox.abort(request_id)
+
+    def _take(self, abort: bool, req: Request) -> None:
+        """Apply a queued ``add_request`` or ``abort``; the engine is held."""
+        if not abort:
+            req.arrival_pass = self.scheduler.pass_index
+            if req.status is RequestStatus.REJECTED:
+                req.finish_pass = req.arrival_pass
+                self._unreported.append(req)
+            else:
+                self.scheduler.add(req)
+                self._live += 1
+            return
         p = self._open
         runs = () if p is None else (*p.decodes, *(r for r, _ in (*p.partials, *p.admits)))
         if any(r is req for r in runs):
             self._deferred.append(req)
-        else:
+            return
+        if not req.status.ended:  # a pass since the call may have finished it
             self.scheduler.abort(req)
             self._strikes.forget(req)
             self._live -= 1
             self._unreported.append(req)
-        return True
+        self._inbox.settled([req])
 
     def _apply_deferred(self) -> list[Request]:
         """End the deferred aborts no pass has finished; returns those it ended."""
@@ -185,44 +150,55 @@ class Engine:
             self.scheduler.abort(r)
             self._strikes.forget(r)
         self._live -= len(ended)
+        self._inbox.settled(self._deferred)
         self._deferred.clear()
         return ended
 
     def has_unfinished(self) -> bool:
         """True while a request runs, waits or has outputs the next step reports."""
-        return self._live > 0 or bool(self._unreported or self._held)
+        return self._live > 0 or bool(self._unreported or self._held or len(self._inbox))
 
     def request(self, request_id: str) -> Request:
         return self._requests[request_id]
 
     # -- passes -----------------------------------------------------------------------
+    @runs_passes
     def step(self) -> list[RequestOutput]:
         """One scheduler pass; outputs for every request that got a token or ended.
 
         An open plan (``plan()`` without ``execute``) is dropped: this pass plans anew.
         """
+        return self._step()
+
+    def _step(self) -> list[RequestOutput]:
+        self._inbox.drain()
         self._unreported += self._apply_deferred()
         if not self.scheduler.has_work():
             self._open = None
             return self._drain_unreported()
-        plan = self.plan()
+        plan = self._plan()
         t0 = time.perf_counter()
         decision = self.scheduler.decide(plan)
         self.scheduler_seconds += time.perf_counter() - t0
-        return self.execute(plan, decision)
+        return self._execute(plan, decision)
 
+    @runs_passes
     def plan(self) -> PassPlan:
         """The next pass, planned but not committed: for callers that decide it
         themselves (data-parallel ranks agree on one decision; see ``execute``).
 
         It replaces any plan not executed yet, ending that one's deferred aborts first.
         """
+        return self._plan()
+
+    def _plan(self) -> PassPlan:
         self._unreported += self._apply_deferred()
         t0 = time.perf_counter()
         plan = self._open = self.scheduler.plan()
         self.scheduler_seconds += time.perf_counter() - t0
         return plan
 
+    @runs_passes
     def execute(self, plan: PassPlan, decision: Decision) -> list[RequestOutput]:
         """Commit ``plan`` under ``decision``, run it, and report as ``step`` does.
 
@@ -234,6 +210,9 @@ class Engine:
         """
         check_instance("Engine.execute", "plan", plan, PassPlan)
         check_instance("Engine.execute", "decision", decision, Decision)
+        return self._execute(plan, decision)
+
+    def _execute(self, plan: PassPlan, decision: Decision) -> list[RequestOutput]:
         if plan is not self._open:
             raise ValueError(f"plan for pass {plan.index} is not the open plan(); plan again")
         t0 = time.perf_counter()
@@ -255,10 +234,14 @@ class Engine:
         self._strikes.succeeded(batch)
         got = self.scheduler.update(batch, tokens, t2)
         aborted = self._apply_deferred()
+        self._inbox.drain()  # the pass boundary: what was added or aborted during the pass
+        if self._unreported and self.report_outputs:  # one output each, as deferred aborts
+            aborted += self._unreported
+            self._unreported = []
         self._live -= [r.status for r in got].count(RequestStatus.FINISHED)
         if self.report_outputs:
-            outputs += [self._output(r, [r.output_token_ids[-1]]) for r in got]
-            outputs += [self._output(r, []) for r in aborted if not any(g is r for g in got)]
+            outputs += [output_of(r, [r.output_token_ids[-1]]) for r in got]
+            outputs += [output_of(r, []) for r in aborted if not any(g is r for g in got)]
         t3 = time.perf_counter()
         self.scheduler_seconds += (t1 - t0) + (t3 - t2)
         self.runner_seconds += t2 - t1
@@ -272,23 +255,18 @@ class Engine:
         aborted, retrying = self._strikes.failed(self.scheduler, batch, error)
         ended = aborted + [r for r in self._apply_deferred() if not any(a is r for a in aborted)]
         self._live -= len(aborted)
-        self._held = outputs + [self._output(r, []) for r in ended] + self._held
+        self._held = outputs + [output_of(r, []) for r in ended] + self._held
         if not isinstance(error, Exception):
             return None
         again = [r.request_id for r in retrying if not r.status.ended]  # not aborted since
         return PassFailed(batch.index, error, [r.request_id for r in aborted], again)
 
     def _drain_unreported(self) -> list[RequestOutput]:
-        outputs, self._held = self._held + [self._output(r, []) for r in self._unreported], []
+        outputs, self._held = self._held + [output_of(r, []) for r in self._unreported], []
         self._unreported.clear()
         return outputs
 
-    @staticmethod
-    def _output(r: Request, new: list[int]) -> RequestOutput:
-        ended = r.status.ended
-        out = list(r.output_token_ids) if ended else None
-        return RequestOutput(r.request_id, new, r.status, ended, r.finish_reason, out)
-
+    @runs_passes
     def generate(
         self, prompts: Sequence[_Prompt], max_tokens: int | Sequence[int], **stops: Any
     ) -> list[_Prompt]:
@@ -301,6 +279,11 @@ class Engine:
         A failed pass (``PassFailed``) is run again as ``runner_retries`` allows; a prompt
         that ends otherwise than FINISHED raises ``RuntimeError``, chained to the failure.
         """
+        return self._generate(prompts, max_tokens, stops)  # refused inside a pass, at once
+
+    def _generate(
+        self, prompts: Sequence[_Prompt], max_tokens: int | Sequence[int], stops: dict[str, Any]
+    ) -> list[_Prompt]:
         each = max_tokens if isinstance(max_tokens, Sequence) else None
         limits: list[int] = [max_tokens] * len(prompts) if each is None else list(each)  # type: ignore[list-item]
         if len(limits) != len(prompts):
@@ -317,7 +300,7 @@ class Engine:
         failure: PassFailed | None = None
         while pending:
             try:
-                step = self.step()
+                step = self._step()
             except PassFailed as e:  # its requests run again or ended: the policy bounds it
                 failure = e
                 continue
@@ -335,17 +318,7 @@ class Engine:
 
     # -- metrics ----------------------------------------------------------------------
     def metrics(self, request_id: str) -> RequestMetrics:
-        r = self._requests[request_id]
-        ttft_p = None if r.first_token_pass is None else r.first_token_pass - r.arrival_pass + 1
-        ttft_s = None if r.first_token_time is None else r.first_token_time - r.arrival_time
-        tpot = None
-        n = len(r.output_token_ids)
-        if r.finish_time is not None and r.first_token_time is not None and n > 1:
-            tpot = (r.finish_time - r.first_token_time) / (n - 1)
-        return RequestMetrics(
-            r.request_id, r.status, len(r.prompt_token_ids), n, r.arrival_pass,
-            r.first_token_pass, r.finish_pass, ttft_p, ttft_s, tpot, r.num_preemptions,
-        )  # fmt: skip
+        return metrics_of(self._requests[request_id])
 
     def all_metrics(self) -> list[RequestMetrics]:
-        return [self.metrics(rid) for rid in self._requests]
+        return [metrics_of(r) for r in self._inbox.snapshot()]  # another thread may add one

@@ -44,6 +44,8 @@ LAYER: dict[str, int] = {
     "runners": 3,
     "engine": 4,
     "engine_config": 4,
+    "inbox": 4,  # the engine's input queue
+    "outputs": 4,  # what the engine reports
     "traces": 5,
     "dp": 6,
 }
