@@ -160,6 +160,10 @@ def _inputs(args: argparse.Namespace, world: int) -> tuple[list[TraceRequest], D
     trace = _trace(args)
     config = _dp_config(args, _runner(args, len(trace)))
     check_trace(trace, config, f"--trace {args.trace}" if args.trace else "the workload")
+    if config.engine.runner == "torch" and config.engine.device.startswith("cuda"):
+        from densegate.impl.runners.torch_runner import check_cuda
+
+        check_cuda(config.engine.device)  # here, not as a traceback from every rank
     return trace, config, _hooks(world, len(config.run_phases))
 
 
@@ -206,7 +210,6 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--target-fill", type=float, default=1.0)
     g.add_argument("--stall-ticks", type=int, default=0)
     g.add_argument("--kv-valve", action="store_true", help="fire while any rank's KV is >90%%")
-    g.add_argument("--no-baselines", action="store_true", help="skip the uncoordinated runs")
     return p
 
 

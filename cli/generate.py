@@ -36,6 +36,8 @@ def generate(args: argparse.Namespace) -> int:
     """Run every prompt to completion; 0 when each finished, 1 if one ended otherwise, 2 on
     bad input (no --model, no tokenizer for text, a refused checkpoint, a prompt or stop id
     the model could never serve), found before the weights load."""
+    from importlib.util import find_spec
+
     from densegate.impl.engine import Engine
     from densegate.impl.runners.hf_config import read_config
     from densegate.impl.runners.tokenizer import TextCodec
@@ -51,7 +53,9 @@ def generate(args: argparse.Namespace) -> int:
         if bad is not None:
             raise ValueError(f"--stop-token-id {bad} is outside the vocabulary [0, {vocab})")
         text = TextCodec(args.model)
-        if text.available or args.prompt:
+        # Token ids need no tokenizer: the output is decoded to text only where one loads.
+        decoded = text.available and find_spec("tokenizers") is not None
+        if decoded or args.prompt:
             text.load()  # a bad tokenizer.json is refused now, not after the run
         prompts = [text.encode(t) for t in args.prompt or []]
         prompts += [parse_ids(s) for s in args.prompt_ids or []]
@@ -77,7 +81,7 @@ def generate(args: argparse.Namespace) -> int:
                 "status": r.status.value,
                 "finish_reason": r.finish_reason,
             }
-            if text.available:
+            if decoded:
                 item["text"] = text.decode(r.output_token_ids)
             results.append(item)
     except (ValueError, OSError) as e:

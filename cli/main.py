@@ -88,6 +88,17 @@ def _command(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+def _parse(words: list[str]) -> argparse.Namespace:
+    """``words`` parsed; a flag the subcommand does not know points to that subcommand's
+    help (argparse's own top level would point to ``densegate --help``)."""
+    command = _command(words)
+    args, extra = build_parser([command] if command else []).parse_known_args(words)
+    if extra:
+        where = f"densegate {args.command}"
+        raise UsageError(f"{where}: unrecognized arguments: {' '.join(extra)} (see {where} --help)")
+    return args
+
+
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null, so the interpreter's last flush cannot fail again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -99,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         words = sys.argv[1:] if argv is None else list(argv)
         try:  # --help and --version still leave through SystemExit(0), as argparse's do
-            args = build_parser([c] if (c := _command(words)) else []).parse_args(words)
+            args = _parse(words)
         except UsageError as e:
             print(e, file=sys.stderr)
             return 2

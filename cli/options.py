@@ -92,7 +92,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=["auto", "null", "torch"],
         default="auto",
         help="torch runs the seeded model; null schedules only (auto: torch up to 300 "
-        "requests, else null)",
+        "requests, else null; null where torch is not installed)",
     )
     p.add_argument(
         "--device",
@@ -180,6 +180,11 @@ def _dp_arguments(p: argparse.ArgumentParser) -> None:
         "ratio to gate-off (default 0: baselines on the null runner, untimed)",
     )
     add_alias(dp, "--timed-rounds", "timed_rounds", type=count(0))
+    dp.add_argument(
+        "--no-baselines",
+        action="store_true",
+        help="run the coordinated phase only, not the same workload uncoordinated after it",
+    )
     dp.add_argument(
         "--dp-timeout",
         type=seconds(TIMEOUT_S),

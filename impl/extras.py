@@ -1,9 +1,9 @@
 """Which extra brings which optional package, and the one error a missing one gives.
 
-``pip install densegate`` is the runtime alone; everything else comes with an
-extra (``pip install 'densegate[prove]'``). Code that needs an optional package
-says so through ``require``, so a user sees which extra to install, not an
-ImportError from deep inside a module.
+``pip install .`` (in a checkout: densegate is not on the package index) is the runtime
+alone; everything else comes with an extra (``pip install '.[prove]'``). Code that needs
+an optional package says so through ``require``, so a user sees which extra to install,
+not an ImportError from deep inside a module.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class MissingExtra(ModuleNotFoundError):
         self.what = what
         self.extra = extra
         super().__init__(
-            f"{what} needs the '{extra}' extra ({module} is not installed): "
-            f"pip install 'densegate[{extra}]' (from a checkout: pip install '.[{extra}]')",
+            f"{what} needs the '{extra}' extra ({module} is not installed): in a densegate "
+            f"checkout, pip install '.[{extra}]' (densegate is not on the package index)",
             name=module,
         )
 

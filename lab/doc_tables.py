@@ -4,14 +4,12 @@ A doc carries a generated block as ``<!-- densegate-table: NAME ARGS -->`` ... `
 /densegate-table -->`` directly under a line naming where it comes from
 (``densegate.lab.docs`` checks both). Every generator here is deterministic: it reads a
 table in the source (``spec/properties.py``, the proof registry) or runs a ``densegate``
-command whose figures are pass counts or modeled times, never wall-clock ones. A command
-runs in this process, through the command line's own parser (so a doc's flags are the
-command's flags), once per process however many blocks show its output; what it prints
-on stderr (progress) is dropped.
+command whose figures are pass counts or modeled times, never wall-clock ones. A command runs
+in this process, through the command line's own parser (a doc's flags are the command's),
+once per process however many blocks show it; its stderr (progress) is dropped.
 
-Wall-clock rows are left out of a block: the benchmark's ``scheduler us per pass`` and
-its ``wall:`` line. Measured tables are never generated; the docs say where and when
-they were measured.
+Wall-clock rows are left out of a block (the bench's ``scheduler us per pass``, ``wall:``).
+Measured tables are never generated; the docs say where and when they were measured.
 """
 
 from __future__ import annotations
@@ -156,7 +154,6 @@ def _cmd(*argv: str) -> str:
     return " ".join(("densegate", *argv))
 
 
-# -- the generators -------------------------------------------------------------------
 def _bench_passes(args: list[str]) -> str:
     """The pass-count tables and checks ``densegate bench ARGS`` prints first."""
     lines = cli_output(["bench", *args]).splitlines()
@@ -383,6 +380,9 @@ GENERATORS: dict[str, Generator] = {
                              "--policies densegate-stall --stall-passes S",
                              "S = " + ", ".join(_stall_sweep(a)[0])],
                   _bench_stall),
+        Generator("run", "what `densegate run ARGS --explain` prints (passes, no times)",
+                  lambda a: [_cmd("run", *a)],
+                  lambda a: f"```text\n{cli_output(['run', *a]).rstrip()}\n```"),
         Generator("tune", "what `densegate tune ARGS` prints", lambda a: [_cmd("tune", *a)],
                   _tune),
         Generator("conform", "verdicts of `densegate conform ARGS`",

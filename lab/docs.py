@@ -193,14 +193,33 @@ def check(
     return report
 
 
+def slug(heading: str) -> str:
+    """A heading's anchor as GitHub makes it: lower case, punctuation dropped (backticks,
+    colons, parentheses, ``=``), spaces as hyphens; ``_`` and ``-`` kept."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: pathlib.Path) -> set[str]:
+    """Every heading anchor of the Markdown file ``path`` (a repeated one as ``x-1``, ...)."""
+    lines = path.read_text().splitlines()
+    counts: dict[str, int] = {}
+    out: set[str] = set()
+    for line, fenced in zip(lines, _fenced(lines), strict=True):
+        m = None if fenced else re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            s = slug(m[1])
+            n = counts.get(s, 0)
+            out.add(s if n == 0 else f"{s}-{n}")
+            counts[s] = n + 1
+    return out
+
+
 def broken_links(
     root: pathlib.Path = ROOT, paths: Iterable[pathlib.Path] | None = None
 ) -> list[str]:
-    """Relative links (``[text](path)``, ``![alt](path)``) to files that do not exist.
-
-    A URL (``scheme:``) and a link within the page (``#anchor``) are not checked; a
-    link's own ``#anchor`` is dropped before the file is looked up.
-    """
+    """Relative links (``[text](path)``, ``![alt](path)``) to files that do not exist, and
+    links whose ``#anchor`` names no heading of the Markdown page (this one for ``#x``).
+    A URL (``scheme:``) is not checked."""
     out = []
     for path in list(paths) if paths is not None else doc_files(root):
         rel = path.relative_to(root) if path.is_relative_to(root) else path
@@ -209,11 +228,15 @@ def broken_links(
             if fenced:
                 continue
             for m in LINK.finditer(line):
-                target = (m[1] or m[2]).split("#", 1)[0]
-                if not target or re.match(r"^[a-z][a-z0-9+.-]*:", target):
+                link = m[1] or m[2]
+                target, _, anchor = link.partition("#")
+                if re.match(r"^[a-z][a-z0-9+.-]*:", target):
                     continue
-                if not (path.parent / target).exists():
+                page = path.parent / target if target else path
+                if not page.exists():
                     out.append(f"{rel}:{n}: link to {target!r}, which does not exist")
+                elif anchor and page.suffix == ".md" and anchor not in anchors(page):
+                    out.append(f"{rel}:{n}: link to {link!r}: no heading has that anchor")
     return out
 
 
@@ -234,6 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("paths", nargs="*", type=pathlib.Path, help="docs (default: README + docs/)")
     args = p.parse_args(argv)
     root = args.root.resolve()
+    if not (root / "README.md").is_file():
+        print(
+            f"python -m densegate.lab.docs: {root} is not a densegate checkout (no README.md "
+            "there: the docs are not installed with the package); run it in an editable "
+            "install, or give --root CHECKOUT",
+            file=sys.stderr,
+        )
+        return 2
     paths = [(q if q.is_absolute() else root / q) for q in args.paths] or doc_files(root)
     if args.list:
         for path in paths:

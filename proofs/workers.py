@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import multiprocessing
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from densegate.proofs import prover
 from densegate.proofs.obligation import Obligation, Provable, ProvesItself
@@ -49,18 +49,31 @@ def run_task(task: Task) -> list[ObligationResult] | list[list[MutantResult]]:
     return [prove_one(ob, mutants=False) for ob in obs]
 
 
-def prove_all(work: Sequence[tuple[Level, Provable]], jobs: int = 0) -> list[ObligationResult]:
+def prove_all(
+    work: Sequence[tuple[Level, Provable]],
+    jobs: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[ObligationResult]:
     """Every obligation's result, in ``work`` order; tasks spread over ``jobs`` processes
-    (0: ``default_workers``; 1: none, all in this process)."""
+    (0: ``default_workers``; 1: none, all in this process). ``progress(done, total)`` is
+    called as each task (an obligation, or a model obligation's mutants) finishes."""
+    tell = progress or (lambda done, total: None)
     workers = jobs if jobs > 0 else default_workers()
     if workers <= 1 or len(work) <= 1:
-        return [prove_one(ob) for _, ob in work]
+        out = []
+        for _, ob in work:
+            out.append(prove_one(ob))
+            tell(len(out), len(work))
+        return out
     todo = tasks(work)
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     with concurrent.futures.ProcessPoolExecutor(min(workers, len(todo)), mp_context=ctx) as pool:
-        futures = [(t, pool.submit(run_task, t)) for t in todo]
+        futures = {pool.submit(run_task, t): t for t in todo}
         try:
-            done = [(t, f.result()) for t, f in futures]
+            done = []
+            for f in concurrent.futures.as_completed(futures):
+                done.append((futures[f], f.result()))
+                tell(len(done), len(todo))
         except BaseException:  # a worker's error surfaces now, not after every queued task
             pool.shutdown(cancel_futures=True)
             raise

@@ -165,6 +165,6 @@ def test_missing_tokenizers_package_says_what_to_install(
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     engine = Engine(EngineConfig(model=str(ckpt[0])))
-    with pytest.raises(ValueError, match=r"densegate\[text\]"):
+    with pytest.raises(ValueError, match=r"pip install .\.\[text\]. \(token ids"):
         engine.generate(["w1 w2"], 2)
     assert engine.generate([[1, 2]], 2)[0] == hf_greedy(ckpt[1], [1, 2], 2)  # ids need none

@@ -56,7 +56,7 @@ def test_a_missing_package_is_one_line_naming_the_extra(
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith(f"densegate {argv[0]} needs the '{extra}' extra")
     assert f"({blocked[0]} is not installed)" in lines[0]
-    assert f"pip install 'densegate[{extra}]'" in lines[0]
+    assert f"pip install '.[{extra}]' (densegate is not on the package index)" in lines[0]
     assert list(tmp_path.iterdir()) == []  # refused before any work (no --plot directory)
 
 

@@ -122,13 +122,33 @@ def test_a_marker_inside_a_code_block_is_an_example(tmp_path: pathlib.Path) -> N
 
 
 def test_a_broken_link_is_found(tmp_path: pathlib.Path) -> None:
-    _write(tmp_path, "README.md", "[ok](docs/A.md#top) [web](https://example.org) [x](#here)\n")
-    _write(tmp_path, "docs/A.md", "[back](../README.md) [gone](B.md) ![img](pic.png)\n")
-    _write(tmp_path, "docs/C.md", "```\n[in a code block](nowhere.md)\n```\n")
+    readme = "[ok](docs/A.md#a-top-x_y) [web](https://example.org) [x](#here) [y](#gone)\n"
+    _write(tmp_path, "README.md", readme + "## Here\n")
+    a = "[back](../README.md) [gone](B.md) ![img](pic.png) [no](C.md#top-1) [c](C.md#top)\n"
+    _write(tmp_path, "docs/A.md", a + "# A `top`: (x_y)\n")
+    _write(
+        tmp_path, "docs/C.md", "```\n[in a code block](nowhere.md)\n# not a heading\n```\n# Top\n"
+    )
     assert docs.broken_links(tmp_path) == [
+        "README.md:1: link to '#gone': no heading has that anchor",
         "docs/A.md:1: link to 'B.md', which does not exist",
         "docs/A.md:1: link to 'pic.png', which does not exist",
+        "docs/A.md:1: link to 'C.md#top-1': no heading has that anchor",
     ]
+
+
+def test_a_repeated_heading_s_anchor_is_numbered(tmp_path: pathlib.Path) -> None:
+    path = _write(tmp_path, "docs/A.md", "# Top\n## Top\n## Data parallel (`DP=1`)\n")
+    assert docs.anchors(path) == {"top", "top-1", "data-parallel-dp1"}
+
+
+def test_outside_a_checkout_the_check_is_one_line(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An installed (not editable) densegate has no README.md or docs/ beside it."""
+    assert docs.main(["--check", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a densegate checkout" in err, err
 
 
 def test_the_whole_check_fails_on_a_long_readme(

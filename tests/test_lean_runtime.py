@@ -99,5 +99,5 @@ def test_a_missing_extra_is_named(code: str, blocked: tuple[str, ...], extra: st
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("densegate.impl.extras.MissingExtra: densegate."), last
-    assert f"pip install 'densegate[{extra}]'" in last
+    assert f"pip install '.[{extra}]' (densegate is not on the package index)" in last
     assert f"({blocked[0]} is not installed)" in last

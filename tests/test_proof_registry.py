@@ -148,9 +148,11 @@ def test_help_lists_every_level_from_the_registry(capsys: pytest.CaptureFixture[
         assert f"{lv.name}: {lv.summary}" in text.replace("- ", "-"), lv.name
 
 
-def test_unknown_level_is_named(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit, match="unknown proof level 'nope'"):
-        main(["prove", "--level", "nope"])
+def test_unknown_level_is_one_line_naming_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["prove", "--level", "gates"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown level 'gates' (did you mean gate?)" in err, err
+    assert "levels: gate, scheduler, dp" in err and "[" not in err, err  # no Python list
 
 
 # -- planning and workers, on the registry (planned, not proved) and on toy obligations -----

@@ -135,7 +135,8 @@ def _safe_open() -> Any:
         from safetensors import safe_open
     except ModuleNotFoundError:
         raise CheckpointError(
-            "loading a checkpoint needs the safetensors package: pip install 'densegate[hf]'"
+            "loading a checkpoint needs the safetensors package, the 'hf' extra: in a densegate "
+            "checkout, pip install '.[hf]'"
         ) from None
     return safe_open
 

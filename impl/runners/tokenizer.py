@@ -40,7 +40,8 @@ class TextCodec:
             from tokenizers import Tokenizer
         except ModuleNotFoundError:
             raise ValueError(
-                "text needs the tokenizers package: pip install 'densegate[text]'"
+                "text prompts need the tokenizers package, the 'text' extra: in a densegate "
+                "checkout, pip install '.[text]' (token ids, --prompt-ids, need none)"
             ) from None
         try:
             self._tok = Tokenizer.from_file(str(self.path))

@@ -29,7 +29,7 @@ from densegate.impl.runners.runner_stats import RunnerStats, StepKind
 from densegate.impl.sched.batch import BatchKind, KVLayout, ScheduledBatch, SeqChunk
 from densegate.impl.validation import check_int, check_optional_int
 
-__all__ = ["TorchRunner", "runner_for"]
+__all__ = ["TorchRunner", "check_cuda", "runner_for"]
 
 
 def _check_layout(layout: KVLayout) -> None:
@@ -73,8 +73,7 @@ class TorchRunner:
         self.layout = layout
         self.device = torch.device(device)
         on_cuda = self.device.type == "cuda"
-        if on_cuda and not torch.cuda.is_available():
-            raise ValueError(f"TorchRunner device={device!r} but CUDA is not available")
+        check_cuda(device)
         if use_cuda_graphs is None:
             use_cuda_graphs = on_cuda
         elif use_cuda_graphs and not on_cuda:
@@ -188,6 +187,21 @@ class TorchRunner:
         return self.stats.summary()
 
 
+def check_cuda(device: str) -> None:
+    """``ValueError`` in one line when ``device`` is a GPU torch cannot see (no GPU, a CPU
+    build of torch, or ``cuda:N`` past the last one): not torch's traceback."""
+    if not device.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"device {device!r}: torch sees no CUDA GPU here (torch {torch.__version__}, "
+            "torch.cuda.is_available() is False); use device cpu"
+        )
+    index = device.partition(":")[2]
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: torch sees {torch.cuda.device_count()} GPU(s)")
+
+
 def runner_for(
     layout: KVLayout,
     model: object,
@@ -202,6 +216,7 @@ def runner_for(
     from densegate.impl.runners.hf_config import checkpoint_dir
 
     path = checkpoint_dir(model)
+    check_cuda(device)  # before a checkpoint's weights are allocated on it
     if path is not None:
         from densegate.impl.runners.checkpoint import load_model
 

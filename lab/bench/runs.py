@@ -20,7 +20,7 @@ from typing import Any
 
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.sched.config import REFERENCE_CONFIG
-from densegate.impl.traces.replay import S6_SCOPE, run_trace, summarize
+from densegate.impl.traces.replay import run_trace, summarize
 from densegate.impl.traces.workload import TraceRequest
 from densegate.impl.validation import check_int, check_optional_int
 from densegate.lab.bench.policies import BENCH_POLICIES, BENCH_STALL_PASSES, BenchPolicy
@@ -216,8 +216,7 @@ class WorkloadRun:
         worst = s6["worst"]
         out.append(
             Check(
-                "densegate: every undisturbed head wait within its S6 bound (S6 is proved "
-                f"for {S6_SCOPE}; here it is checked)",
+                "densegate: every undisturbed head wait within its S6 bound [S6]",
                 s6["violations"] == 0,
                 f"{s6['windows']} windows, {s6['violations']} over; worst "
                 + (

@@ -9,6 +9,7 @@ computed from a profile traces back to its inputs.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import reprlib
 from collections.abc import Sequence
@@ -243,6 +244,8 @@ class Profile:
                 raise ValueError(f"{extra!r}: the one roofline option is launch=X, X in (0, 100]")
             prof = roofline_profile(gpu, launch_us=LAUNCH_US * scale)
             return dataclasses.replace(prof, name=f"{prof.name}-launch{scale:g}x")
+        if not Path(path).exists():
+            raise ValueError(_not_a_profile(text))
         try:
             return cls.from_json(json_value(Path(path).read_text(encoding="utf-8"), str(path)))
         except UnicodeDecodeError as e:
@@ -251,6 +254,16 @@ class Profile:
             raise ValueError(f"not valid JSON ({e})") from None
         except (KeyError, TypeError) as e:
             raise ValueError(f"{path}: malformed profile ({e!r})") from e
+
+
+def _not_a_profile(text: str) -> str:
+    """No such file: the shipped rooflines named, the closest first (``H100`` is a GPU's
+    name, not a file: ``roofline:H100-SXM``)."""
+    close = [g for g in GPUS if g.lower().startswith(text.lower())]
+    close = close or difflib.get_close_matches(text, list(GPUS), n=1, cutoff=0.4)
+    hint = f"; did you mean roofline:{close[0]}?" if close else ""
+    names = ", ".join(f"roofline:{g}" for g in GPUS)
+    return f"no profile file {text!r}{hint} (shipped rooflines: {names})"
 
 
 def _typed(d: dict[str, Any], key: str, kind: type) -> Any:
