@@ -48,9 +48,11 @@ VLLM = "vllm"
 VLLM_DP = "vllm-dp"
 SGLANG = "sglang"
 CARRIERS = (DP, VLLM, VLLM_DP, SGLANG)
-APPLIES_CAP = (DP,)
+APPLIES_CAP = (DP, VLLM, VLLM_DP)
 """The carriers whose scheduler applies ``Decision.cap`` (densegate's own, under
-``DPConfig``); the others refuse a ``caps`` setting turned on (``read``)."""
+``DPConfig``; vLLM's, through its per-step token budget,
+``densegate.integrations.vllm.budget``); the others refuse a ``caps`` setting turned on
+(``read``)."""
 
 
 class _Required:
@@ -174,7 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("pace_tokens", "int", None, "never hold while work waits; a tick not every rank "
             "can fill densely fires PACED, each rank's prefill capped at C tokens (D9-D12)",
             low=1, off="the paced release off", flag="--pace-tokens", metavar="C",
-            carriers=(DP, VLLM_DP, SGLANG), caps=True),
+            carriers=(DP, VLLM, VLLM_DP, SGLANG), caps=True),
 )  # fmt: skip
 """Every gate setting, in ``AlignedGateConfig``'s field order."""
 

@@ -20,8 +20,10 @@ so an enabled gate refuses the combination (``check_no_cadence``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
-from densegate.impl.gate import GateConfig
+from densegate.impl.dp_gate import AlignedGate, AlignedGateConfig
+from densegate.impl.gate import GateConfig, PrefillGate
 from densegate.impl.settings import VLLM, keys, read
 from densegate.impl.validation import int_problem
 from densegate.integrations.versions import release
@@ -34,6 +36,8 @@ __all__ = [
     "check_vllm_version",
     "deployment_case",
     "gate_config_from",
+    "gate_settings",
+    "one_engine_gate",
 ]
 
 CONFIG_KEY = "densegate"
@@ -68,13 +72,14 @@ def _where(key: str) -> str:
     return f"additional_config[{CONFIG_KEY!r}][{key!r}]"
 
 
-def gate_config_from(
+def gate_settings(
     additional_config: Mapping[str, object] | None,
     *,
     max_num_batched_tokens: int,
     max_num_seqs: int,
-) -> GateConfig:
-    """The gate's config from vLLM's ``additional_config``; a bad value names its key."""
+) -> dict[str, Any]:
+    """The one-engine keys of vLLM's ``additional_config``, checked, by ``AlignedGateConfig``
+    field name (``stall_ticks`` for the key ``stall_passes``); a bad value names its key."""
     raw = (additional_config or {}).get(CONFIG_KEY, {})
     if raw is None:
         raw = {}
@@ -93,7 +98,31 @@ def gate_config_from(
     why = int_problem(_where("dense_tokens"), dense, 1, max_num_batched_tokens)
     if why is not None:
         raise ValueError(f"{why} (at most max_num_batched_tokens, or no pass could ever be dense)")
-    return GateConfig(dense, got["max_hold_passes"], got["enabled"], got["stall_ticks"])
+    return got
+
+
+def gate_config_from(
+    additional_config: Mapping[str, object] | None,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+) -> GateConfig:
+    """The one-rank gate's config from vLLM's ``additional_config`` (``pace_tokens`` is
+    read and checked too, for ``one_engine_gate``)."""
+    got = gate_settings(
+        additional_config, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
+    )
+    return GateConfig(got["dense_tokens"], got["max_hold_passes"], got["enabled"],
+                      got["stall_ticks"])  # fmt: skip
+
+
+def one_engine_gate(settings: Mapping[str, Any]) -> PrefillGate | AlignedGate:
+    """``PrefillGate``, or with ``pace_tokens`` set the paced release: the aligned gate on
+    one rank (D9-D12: never holds while work waits; below a dense pass, capped)."""
+    if settings.get("pace_tokens") is None:
+        return PrefillGate(GateConfig(settings["dense_tokens"], settings["max_hold_passes"],
+                                      settings["enabled"], settings["stall_ticks"]))  # fmt: skip
+    return AlignedGate(AlignedGateConfig(**settings), world_size=1)
 
 
 def check_no_cadence(prefill_schedule_interval: int, gate: GateConfig) -> None:

@@ -24,7 +24,12 @@ from collections.abc import Mapping, Sequence
 
 from densegate.impl.dp_gate import VECTOR_SIZE, AlignedGateConfig
 from densegate.impl.settings import VLLM, VLLM_DP, carried, read
-from densegate.integrations.vllm.config import CONFIG_KEY, check_no_cadence, gate_config_from
+from densegate.integrations.vllm.config import (
+    CONFIG_KEY,
+    check_no_cadence,
+    gate_config_from,
+    gate_settings,
+)
 
 __all__ = [
     "AGREEMENT_SIZE",
@@ -86,19 +91,9 @@ def aligned_config_from(
         rest = {k: v for k, v in raw.items() if k not in DP_ONLY_KEYS}
         additional_config = {**(additional_config or {}), CONFIG_KEY: rest}
     extra = read(VLLM_DP, dp_only, _where, only=_DP_ONLY)
-    gate = gate_config_from(
-        additional_config,
-        max_num_batched_tokens=max_num_batched_tokens,
-        max_num_seqs=max_num_seqs,
-    )
-    check_no_cadence(prefill_schedule_interval, gate)
-    return AlignedGateConfig(
-        dense_tokens=gate.dense_tokens,
-        max_hold_passes=gate.max_hold_passes,
-        enabled=gate.enabled,
-        stall_ticks=gate.stall_passes,
-        **extra,
-    )
+    sizes = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}
+    check_no_cadence(prefill_schedule_interval, gate_config_from(additional_config, **sizes))
+    return AlignedGateConfig(**gate_settings(additional_config, **sizes), **extra)
 
 
 def _where(key: str) -> str:

@@ -21,6 +21,10 @@ read from ``vllm/v1/engine/core.py`` of both releases):
   ``step()`` passes to ``schedule(throttle_prefills)``, vLLM's own deferral.
   A disabled gate leaves vLLM's answer (its cadence, if set) in place.
 
+With ``pace_tokens`` set (the paced release), a PACED decision carries the same cap on
+every rank, and the step runs with vLLM's per-step token budget lowered to this rank's
+decode tokens plus the cap (``densegate.integrations.vllm.budget``).
+
 vLLM's throttle defers prefills only on a rank that has decodes running and is
 not capacity-bound; on a HOLD the capacity escape is cleared for that step (as
 the one-engine scheduler does), while a rank with nothing to decode still
@@ -51,6 +55,7 @@ from densegate.impl.dp_gate import (
     ReducedObservation,
 )
 from densegate.impl.gate import Reason
+from densegate.integrations.vllm.budget import capped_step, check_budget, decode_tokens
 from densegate.integrations.vllm.dp_config import (
     DEFAULT_TIMEOUT_S,
     ENV_VAR,
@@ -118,6 +123,12 @@ class DpGate:
         seconds = vc.parallel_config.cpu_distributed_timeout_seconds
         self.timeout_s = int(seconds) if seconds is not None else DEFAULT_TIMEOUT_S
         self.throttle = False
+        self.cap: int | None = None
+        """The cap of this step's decision (PACED), applied to vLLM's token budget."""
+        self.decodes = 0
+        """This rank's decode sequences this step, as observed."""
+        if self.config.pace_tokens is not None:
+            check_budget(core.scheduler, str(vllm.__version__))
         self.log: collections.deque[DpStep] = collections.deque(maxlen=LOG_SIZE)
         self.counts: collections.Counter[Reason] = collections.Counter()
 
@@ -160,7 +171,7 @@ class DpGate:
         runs no forward pass on this rank (then no rank is stepping)."""
         sched = core.scheduler
         if not (core.engines_running or sched.has_unfinished_requests()):
-            self.throttle = False
+            self.throttle, self.cap = False, None
             return
         tick = int(core.step_counter)
         if tick == 0:
@@ -180,6 +191,8 @@ class DpGate:
             raise DpGateError(f"densegate DP gate, rank {self.rank}, tick {tick}: {e}") from e
         decision = self.gate.decide(reduced, tick)
         self.throttle = not decision.fire
+        self.cap = decision.cap
+        self.decodes = local.decode_seqs
         self.counts[decision.reason] += 1
         self.log.append(DpStep(tick, decision.fire, decision.reason, local, reduced))
 
@@ -211,6 +224,9 @@ def _process_engine_step(self: Any) -> Any:
     gate = attach(self)
     gate.step(self)
     sched = self.scheduler
+    if gate.cap is not None:
+        with capped_step(sched, gate.cap, decode_tokens(sched, gate.decodes)):
+            return _ORIGINALS["_process_engine_step"](self)
     # vLLM's capacity escape would let a held rank prefill; cleared for this step
     # only, where the throttle applies (the rank has decodes running).
     if not (gate.throttle and any(not r.is_prefill_chunk for r in sched.running)):

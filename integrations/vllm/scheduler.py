@@ -9,6 +9,11 @@ new admissions wait. A HOLD happens only while decodes run and fewer than
 ``dense_tokens`` prefill tokens are admissible, and at most
 ``max_hold_passes - 1`` steps in a row (the proved properties P2-P6).
 
+With ``pace_tokens`` set (the paced release) the gate is the aligned gate on one rank:
+it never holds while work waits; a step below a dense pass fires PACED, its prefill
+capped at ``pace_tokens`` through vLLM's own per-step token budget
+(``densegate.integrations.vllm.budget``), so decodes never wait behind a long chunk.
+
 ``GatedAsyncScheduler`` sits on vLLM's ``AsyncScheduler`` (vLLM's default,
 which overlaps scheduling with GPU execution): use it on a GPU. ``GatedScheduler``
 sits on the sync ``Scheduler``, for platforms that run sync (vLLM's CPU
@@ -27,16 +32,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import vllm
 from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from densegate.impl.gate import GateConfig, PrefillGate, Reason
+from densegate.impl.dp_gate import AlignedGate, RankObservation, ReducedObservation
+from densegate.impl.gate import Decision, GateConfig, PrefillGate, Reason
+from densegate.integrations.vllm.budget import capped_step, check_budget, decode_tokens
 from densegate.integrations.vllm.config import (
     check_no_cadence,
     deployment_case,
     gate_config_from,
+    gate_settings,
+    one_engine_gate,
 )
 from densegate.integrations.vllm.observe import StepObservation, observe
 
@@ -67,24 +77,28 @@ class GateStep:
 class _Gated:
     """The gate's part of both schedulers; the vLLM base class comes after it in the MRO."""
 
-    gate: PrefillGate
+    gate: PrefillGate | AlignedGate
     gate_config: GateConfig
     gate_counts: collections.Counter[Reason]
     gate_log: collections.deque[GateStep]
     gate_ns: int
     """Nanoseconds spent observing and deciding, summed over steps."""
+    gate_ticks: int
+    """Steps the paced gate has decided (its tick: the stall memory's clock)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         base: Any = self
         sc = base.scheduler_config
-        self.gate_config = gate_config_from(
-            base.vllm_config.additional_config,
-            max_num_batched_tokens=sc.max_num_batched_tokens,
-            max_num_seqs=sc.max_num_seqs,
-        )
+        sizes = {"max_num_batched_tokens": sc.max_num_batched_tokens,
+                 "max_num_seqs": sc.max_num_seqs}  # fmt: skip
+        settings = gate_settings(base.vllm_config.additional_config, **sizes)
+        self.gate_config = gate_config_from(base.vllm_config.additional_config, **sizes)
         check_no_cadence(int(sc.prefill_schedule_interval), self.gate_config)
-        self.gate = PrefillGate(self.gate_config)
+        self.gate = one_engine_gate(settings)
+        if isinstance(self.gate, AlignedGate):
+            check_budget(self, str(vllm.__version__))
+        self.gate_ticks = 0
         logger.info(
             deployment_case(
                 data_parallel_size=int(base.parallel_config.data_parallel_size),
@@ -111,7 +125,7 @@ class _Gated:
         t0 = time.perf_counter_ns()
         obs = observe(self)
         w = min(obs.prefill_tokens, self.gate_config.dense_tokens)
-        decision = self.gate.decide_counts(w, obs.decode_seqs)
+        decision = self._decide(obs.prefill_tokens, w, obs.decode_seqs)
         self.gate_ns += time.perf_counter_ns() - t0
         self.gate_counts[decision.reason] += 1
         self.gate_log.append(
@@ -126,7 +140,8 @@ class _Gated:
         )
         parent: Any = super()
         if decision.fire:
-            out: SchedulerOutput = parent.schedule(throttle_prefills)
+            with capped_step(self, decision.cap, decode_tokens(self, obs.decode_seqs)):
+                out: SchedulerOutput = parent.schedule(throttle_prefills)
             return out
         # vLLM ignores the throttle after a capacity-bound release (DP balancing);
         # a HOLD must defer, so that flag is cleared for this step only.
@@ -137,6 +152,14 @@ class _Gated:
         finally:
             base.prefill_capacity_bound = bound
         return out
+
+    def _decide(self, prefill_tokens: int, w: int, decodes: int) -> Decision:
+        gate = self.gate
+        if isinstance(gate, PrefillGate):
+            return gate.decide_counts(w, decodes)
+        vector = gate.contribution(RankObservation(prefill_tokens, decodes))
+        self.gate_ticks += 1
+        return gate.decide(ReducedObservation.from_sum(vector, 1), self.gate_ticks - 1)
 
     def gate_summary(self) -> str:
         """One line for logs: steps by reason, holds, and the gate's time per step."""

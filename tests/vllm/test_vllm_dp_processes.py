@@ -5,8 +5,8 @@ the gate), holds a real ``Scheduler`` and a real gloo DP group, and runs the
 busy loop of ``tests.support.vllm_dp.drive`` (vLLM's own ``_process_engine_step``,
 dummy batches and ``_has_global_unfinished_reqs``; no model). One pair of
 processes runs three scenarios in turn, every wait bounded: a trace with an
-idle rank and two waves, then ranks with different configs, then a rank that
-dies mid-wave.
+idle rank and two waves, then ranks with different configs, then the first trace
+with the paced release, then a rank that dies mid-wave.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tests.vllm.conftest import HAS_VLLM, SKIP_REASON
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 
 HOLD = 6
+CAP = 24
 
 
 def _arrivals() -> tuple[Any, ...]:
@@ -42,10 +43,12 @@ def _runs() -> list[list[Any]]:
 
     trace = _arrivals()
     cfg = {"max_hold_passes": HOLD}
+    paced = {"max_hold_passes": HOLD, "pace_tokens": CAP}
     return run_processes(
         [
             Scenario(2, trace, densegate=(cfg, cfg), timeout_s=30),
             Scenario(2, trace, densegate=(cfg, {"max_hold_passes": HOLD + 1}), timeout_s=30),
+            Scenario(2, trace, densegate=(paced, paced), timeout_s=30),
             Scenario(2, trace, densegate=(cfg, cfg), die=(1, 9), timeout_s=10),
         ],
         wall_s=400.0,
@@ -110,8 +113,22 @@ def test_ranks_with_different_configs_fail_at_the_handshake_not_later() -> None:
 def test_a_rank_that_dies_makes_the_survivor_fail_loudly_not_hang() -> None:
     from tests.support.vllm_dp_runs import Failure
 
-    survivor, dead = _runs()[2]
+    survivor, dead = _runs()[3]
     assert isinstance(dead, Failure) and dead.kind == "NoReport" and "exit code 3" in dead.message
     assert isinstance(survivor, Failure) and survivor.kind == "DpGateError", survivor
     assert "rank 0, step_counter 9" in survivor.message
     assert "a rank died or stopped stepping" in survivor.message
+
+
+def test_the_paced_cap_reaches_every_ranks_token_budget() -> None:
+    """Every rank fires every tick it steps (D9), the same decisions on both; a PACED
+    step prefills at most the cap on each rank; every request finishes."""
+    a, b = _ok(_runs()[2])
+    assert a.decisions == b.decisions and all(fire for _, fire, _ in a.decisions)
+    paced = [k for k, (_, _, why) in enumerate(a.decisions) if why == "PACED"]
+    assert paced
+    for run in (a, b):
+        assert all(run.recs[k].prefill <= CAP for k in paced), run.rank
+    assert max(r.prefill for r in _ok(_runs()[0])[0].recs) > CAP  # uncapped, the same trace
+    want = {x.rid: x.output_len for x in _arrivals()}
+    assert {rid: n for run in (a, b) for rid, n in run.tokens.items()} == want
