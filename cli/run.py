@@ -295,8 +295,9 @@ def _rows(s: dict[str, Any]) -> list[tuple[str, str]]:
         ("TPOT ms p50 / p99", "{p50} / {p99}".format(
             **{k: fmt(v) for k, v in s["tpot_ms"].items()})),
         ("head TTFT / its S6 bound, worst [S6]", _s6(s["s6"])),
-        ("dense_tokens / max_hold_passes / stall_passes (0: valve off)",
-         f"{s['dense_tokens']} / {s['max_hold_passes']} / {s['stall_passes']}"),
+        ("dense_tokens / max_hold_passes / stall_passes",
+         f"{s['dense_tokens']} / {s['max_hold_passes']} / {s['stall_passes']}"
+         + (" (STALL valve off)" if not s["stall_passes"] else "")),
         ("prefill passes (mean fill)", f"{s['prefill_passes']} ({fmt(s['mean_prefill_fill'])})"),
         ("decode-only passes", s["decode_only_passes"]),
         ("prefill passes interrupting decode", s["prefill_passes_interrupting_decode"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,20 @@ def test_token_ids_need_no_tokenizer(
     assert code == 2 and "tokenizer.json" in err
 
 
+def test_token_ids_need_no_tokenizers_package_beside_a_tokenizer_json(
+    ckpt: tuple[Path, Any, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every real checkpoint has a ``tokenizer.json``: ``--prompt-ids`` still needs no
+    ``[text]`` (the output stays ids); a text prompt names the extra and its install."""
+    path, hf, _ = ckpt
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    code, out, _ = _run(capsys, "--model", str(path), "--prompt-ids", "7 8 9", "--max-tokens", "3")
+    assert code == 0 and "tokens: " + " ".join(map(str, hf_greedy(hf, [7, 8, 9], 3))) in out
+    assert "text:" not in out
+    code, _, err = _run(capsys, "--model", str(path), "--prompt", "w1 w2")
+    assert code == 2 and "pip install '.[text]' (token ids, --prompt-ids, need none)" in err
+
+
 def test_prompts_need_a_model(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _run(capsys, "--prompt-ids", "1 2")
     assert code == 2 and "--model" in err
@@ -159,8 +174,6 @@ def test_engine_generate_takes_and_returns_text(ckpt: tuple[Path, Any, Any]) -> 
 def test_missing_tokenizers_package_says_what_to_install(
     ckpt: tuple[Path, Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-
     from densegate.impl.engine import Engine, EngineConfig
 
     monkeypatch.setitem(sys.modules, "tokenizers", None)
