@@ -25,7 +25,7 @@ from tests.support.mutation import (
 # No shrink phase: a mutant's run only has to fail, and shrinking a long
 # multi-rank run costs seconds per mutant. The failing run is still printed.
 _MUTANT_SETTINGS = settings(
-    stateful_step_count=20, phases=[Phase.explicit, Phase.reuse, Phase.generate]
+    max_examples=200, stateful_step_count=20, phases=[Phase.explicit, Phase.reuse, Phase.generate]
 )
 SCOPE = "_rules"
 

@@ -26,7 +26,7 @@ from densegate.impl.dp.launch import launch
 from densegate.impl.dp.readmission import StreamView
 from densegate.lab.dp.inject import CRASH_EXIT_CODE, Fault, FaultHooks, random_schedule
 from densegate.lab.dp.phases import bench_phases
-from tests.support.dp_small import ENGINE, small_trace
+from tests.support.dp_small import ENGINE, MIXED_REASONS, small_trace
 from tests.support.profiles import NIGHTLY, examples
 
 pytestmark = pytest.mark.skipif(
@@ -72,8 +72,8 @@ def test_a_random_fault_schedule_loses_nothing(seed: int) -> None:
             assert rep.kv_blocks == [ENGINE.num_blocks, ENGINE.num_blocks], why
             assert [t for t, _, _ in rep.decisions] == list(range(rep.ticks)), why
         mixed = first.alignment["mixed_by_reason"]
-        if name == "coordinated":  # one decision per tick: only a valve allows a mixed tick
-            assert set(mixed) <= {"BUDGET", "STALL", "KV_PRESSURE", "DISABLED"}, why
+        if name == "coordinated":  # one decision per tick: only these rules allow a mixed tick
+            assert set(mixed) <= MIXED_REASONS, why
         # The caller's view: the dead ranks' streams in the order they died, then the rest.
         order = list(dict.fromkeys(d for f in first.faults for d in f["dead_ranks"]))
         view = StreamView()

@@ -24,7 +24,7 @@ from densegate.impl.traces.replay import run_trace
 from densegate.impl.traces.workload import synthetic_trace
 from densegate.lab.dp.inject import Fault
 from densegate.lab.dp.phases import bench_phases
-from tests.support.dp_small import ENGINE, small_trace
+from tests.support.dp_small import ENGINE, MIXED_REASONS, small_trace
 from tests.support.dp_threads import GroupRun, ThreadCollective, run_group
 
 
@@ -57,7 +57,7 @@ def check_survivors(run: GroupRun, world: int, n: int, dead: list[int]) -> dict[
     assert s["finished"] + s["rejected"] == n
     assert s["decisions_agree"] and s["alignment_agree"]
     mixed = first.alignment["mixed_by_reason"]
-    assert set(mixed) <= {"BUDGET", "STALL", "KV_PRESSURE", "DISABLED"}
+    assert set(mixed) <= MIXED_REASONS
     return s
 
 

@@ -24,7 +24,7 @@ from densegate.impl.traces.replay import run_trace, summarize
 from densegate.impl.traces.workload import synthetic_trace
 from densegate.lab.dp.inject import Fault
 from densegate.lab.dp.phases import bench_phases
-from tests.support.dp_small import ENGINE, small_trace
+from tests.support.dp_small import ENGINE, MIXED_REASONS, small_trace
 from tests.support.dp_threads import ThreadGroup, run_group
 
 
@@ -48,13 +48,9 @@ def check_healthy(results: dict[int, list[RankReport]], world: int, n: int) -> N
             assert sorted(rep.finished, key=int) == sorted(rep.assigned, key=int)
         done = [rid for rep in reps.values() for rid in rep.finished]
         assert sorted(done, key=int) == [str(i) for i in range(n)]  # each exactly once
-    # An ALIGNED tick has every rank waiting or vacant and an EMPTY one nothing waiting, so
-    # neither leaves a rank only decoding beside a prefill. DENSE and NO_DECODE may: a
-    # filled rank, or one with nothing to decode, is never held for the others (the
-    # starvation a world-wide fill target caused); beside them only the valves (or the
-    # gate being off) can make a coordinated tick mixed.
+    # Only MIXED_REASONS can make a coordinated tick mixed (see there why).
     mixed = phase(results, "coordinated")[0].alignment["mixed_by_reason"]
-    assert set(mixed) <= {"BUDGET", "STALL", "KV_PRESSURE", "DISABLED", "DENSE", "NO_DECODE"}
+    assert set(mixed) <= MIXED_REASONS
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])

@@ -19,3 +19,10 @@ def small_trace(n: int, seed: int, rate: float = 1.5) -> list[TraceRequest]:
     return synthetic_trace(
         n, seed, rate=rate, prompt_median=48, output_median=12, max_model_len=ENGINE.max_model_len
     )
+
+
+MIXED_REASONS = frozenset({"BUDGET", "STALL", "KV_PRESSURE", "DISABLED", "DENSE", "NO_DECODE"})
+"""The rules that may let a coordinated tick be mixed (a rank prefills beside one that only
+decodes): the valves, the gate off, and the per-rank releases (a filled rank's DENSE, a
+no-decode rank's NO_DECODE, never held for the others). ALIGNED (every rank waiting or
+vacant), EMPTY and PACED never may."""
