@@ -24,6 +24,7 @@ from densegate.impl.dp.config import DPConfig
 from densegate.impl.dp.summary import _failure
 from densegate.impl.traces.workload import load_trace
 from densegate.impl.validation import MAX_JSON_DEPTH, MAX_RETRIES, MAX_SIZE
+from densegate.integrations.sglang.config import settings_from_env
 from densegate.lab.cost.profile import Profile
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -183,6 +184,11 @@ API: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
         lambda: Engine(EngineConfig()).add_request([1, 2], 3, stop_token_ids="12"),  # type: ignore[arg-type]
         ValueError,
         "stop_token_ids must be a list of ints, got '12'",
+    ),
+    "DENSEGATE_SGLANG nested past the recursion limit": (
+        lambda: settings_from_env({"DENSEGATE_SGLANG": DEEP}),
+        ValueError,
+        f"DENSEGATE_SGLANG: nested deeper than {MAX_JSON_DEPTH} levels",
     ),
     "execute(None, None)": (
         lambda: _engine_execute(None, None),

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.gate import Reason
 from densegate.impl.settings import SGLANG, carried, keys, read
-from densegate.impl.validation import is_int
+from densegate.impl.validation import is_int, json_value
 from densegate.integrations.versions import release
 
 __all__ = [
@@ -101,7 +101,7 @@ def settings_from_env(environ: Mapping[str, str]) -> PluginSettings:
     if not text:
         return PluginSettings()
     try:
-        raw = json.loads(text)
+        raw = json_value(text, ENV_VAR)
     except json.JSONDecodeError as e:
         raise ValueError(f"{ENV_VAR} must be a JSON object, got {text!r} ({e.msg})") from None
     if not isinstance(raw, dict):
