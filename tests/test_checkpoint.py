@@ -196,7 +196,7 @@ def test_missing_safetensors_package_says_what_to_install(
     good: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "safetensors", None)
-    with pytest.raises(CheckpointError, match=r"densegate\[hf\]"):
+    with pytest.raises(CheckpointError, match=r"pip install '\.\[hf\]'"):
         checkpoint.load_model(good)
 
 
