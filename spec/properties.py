@@ -143,6 +143,7 @@ PROPERTIES: tuple[Property, ...] = (
         "valve, STALL valve and aligned release (any A >= 0) each on or off; fill_tokens any "
         "T in [1, B]), from every state "
         "(0 <= h < K, any stall memory) one call of AlignedGate.decide on any reduced vector "
+        "(its counts of filled, no-decode and vacant ranks included) "
         "and tick the spec admits returns the spec's decision and reason and leaves the "
         "spec's next state",
     ),
