@@ -238,8 +238,9 @@ def read(
         if why is None and s.caps and value is not None and carrier not in APPLIES_CAP:
             why = (
                 f"{where(key)} is {value!r}, but this engine's scheduler is not given the "
-                "cap it sets (Decision.cap: only densegate's own scheduler applies it), so a "
-                "PACED tick would prefill uncapped: leave it null (off)"
+                "cap it sets (Decision.cap reaches densegate's own scheduler and vLLM's token "
+                "budget; SGLang's PrefillAdder picks a pass's first admission before it asks "
+                "the delayer), so a PACED tick would prefill uncapped: leave it null (off)"
             )
         if why is not None:
             raise ValueError(why)
