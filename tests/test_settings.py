@@ -90,7 +90,8 @@ def test_every_carrier_dataclass_has_the_declared_defaults(cls: type, carrier: s
 
 
 def test_the_carriers_keys() -> None:
-    assert keys(VLLM) == ("dense_tokens", "max_hold_passes", "enabled", "stall_passes")
+    assert keys(VLLM) == ("dense_tokens", "max_hold_passes", "enabled", "stall_passes",
+                          "pace_tokens")  # fmt: skip
     assert set(keys(VLLM)) < set(keys(VLLM_DP))
     assert tuple(k for k in keys(VLLM_DP) if k not in keys(VLLM)) == DP_ONLY_KEYS
     assert {s.name for s in flagged()} <= {s.name for s in carried(DP)}
@@ -214,15 +215,13 @@ CAPS = tuple(s for s in SETTINGS if s.caps)
 def test_a_cap_setting_is_read_but_refused_on_where_no_scheduler_applies_the_cap(
     s: Setting,
 ) -> None:
-    """vLLM's DP plugin and SGLang's delayer do not cap the engine's prefill: a PACED tick
-    would run uncapped, so the key is read, range-checked and refused unless null."""
-    assert VLLM_DP not in APPLIES_CAP and SGLANG not in APPLIES_CAP
+    """SGLang's delayer cannot cap the engine's prefill: a PACED tick would run uncapped, so
+    the key is read, range-checked and refused unless null. vLLM's schedulers apply it."""
+    assert SGLANG not in APPLIES_CAP and VLLM in APPLIES_CAP and VLLM_DP in APPLIES_CAP
     key = str(s.key(VLLM_DP))
     assert aligned_config_from({"densegate": {key: None}}, **DP_KW) == AlignedGateConfig(240)
-    with pytest.raises(
-        ValueError, match=rf"\['{key}'\] is {_good(s)}, but this engine's scheduler"
-    ):
-        aligned_config_from({"densegate": {key: _good(s)}}, **DP_KW)
+    got = aligned_config_from({"densegate": {key: _good(s)}}, **DP_KW)
+    assert getattr(got, s.name) == _good(s)
     assert getattr(settings_from_env({ENV_VAR: json.dumps({key: None})}), s.name) is None
     with pytest.raises(ValueError, match=rf"{ENV_VAR}\['{key}'\] is {_good(s)}, but this engine"):
         settings_from_env({ENV_VAR: json.dumps({key: _good(s)})})

@@ -36,6 +36,7 @@ __all__ = [
     "check_vllm_version",
     "deployment_case",
     "gate_config_from",
+    "gate_on_by_default",
     "gate_settings",
     "one_engine_gate",
 ]
@@ -77,9 +78,11 @@ def gate_settings(
     *,
     max_num_batched_tokens: int,
     max_num_seqs: int,
+    enabled_default: bool = True,
 ) -> dict[str, Any]:
     """The one-engine keys of vLLM's ``additional_config``, checked, by ``AlignedGateConfig``
-    field name (``stall_ticks`` for the key ``stall_passes``); a bad value names its key."""
+    field name (``stall_ticks`` for the key ``stall_passes``); a bad value names its key.
+    ``enabled`` absent is ``enabled_default`` (``gate_on_by_default``)."""
     raw = (additional_config or {}).get(CONFIG_KEY, {})
     if raw is None:
         raw = {}
@@ -93,7 +96,8 @@ def gate_settings(
             f"additional_config[{CONFIG_KEY!r}] has unknown keys {unknown}; known: {list(_KEYS)}"
         )
     default_dense = max(1, max_num_batched_tokens - max_num_seqs)
-    got = read(VLLM, raw, _where, defaults={"dense_tokens": default_dense})
+    defaults = {"dense_tokens": default_dense, "enabled": enabled_default}
+    got = read(VLLM, raw, _where, defaults=defaults)
     dense = got["dense_tokens"]
     why = int_problem(_where("dense_tokens"), dense, 1, max_num_batched_tokens)
     if why is not None:
@@ -106,11 +110,15 @@ def gate_config_from(
     *,
     max_num_batched_tokens: int,
     max_num_seqs: int,
+    enabled_default: bool = True,
 ) -> GateConfig:
     """The one-rank gate's config from vLLM's ``additional_config`` (``pace_tokens`` is
     read and checked too, for ``one_engine_gate``)."""
     got = gate_settings(
-        additional_config, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs
+        additional_config,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        enabled_default=enabled_default,
     )
     return GateConfig(got["dense_tokens"], got["max_hold_passes"], got["enabled"],
                       got["stall_ticks"])  # fmt: skip
@@ -136,8 +144,16 @@ def check_no_cadence(prefill_schedule_interval: int, gate: GateConfig) -> None:
         )
 
 
-def deployment_case(*, data_parallel_size: int, cuda_graphs: bool) -> str:
-    """The one start-up line saying whether this deployment is where the gate pays."""
+def gate_on_by_default(*, cuda_graphs: bool) -> bool:
+    """Whether a one-engine ``GatedScheduler`` gates when ``enabled`` is not given: only where
+    decode replays CUDA graphs. Without graphs a held step only runs fewer sequences (more
+    steps, 1.15-1.2x wall measured on CPU, ``benchmarks/vllm_e2e.py``), so it stays off."""
+    return cuda_graphs
+
+
+def deployment_case(*, data_parallel_size: int, cuda_graphs: bool, enabled: bool = True) -> str:
+    """The one start-up line saying whether this deployment is where the gate pays, and
+    whether the gate is on."""
     if data_parallel_size > 1:
         return (
             f"densegate: data_parallel_size={data_parallel_size}: each rank's engine core is "
@@ -149,9 +165,15 @@ def deployment_case(*, data_parallel_size: int, cuda_graphs: bool) -> str:
             "densegate: one engine, decode replayed from CUDA graphs: the case the gate is for "
             "(a held step stays a pure decode pass, in its graph)"
         )
+    state = (
+        "so the gate is off by default here (every step fires, DISABLED; "
+        f"additional_config[{CONFIG_KEY!r}]['enabled'] = true runs it anyway)"
+        if not enabled
+        else f"and additional_config[{CONFIG_KEY!r}]['enabled'] = true runs it anyway"
+    )
     return (
-        "densegate: one engine without CUDA graphs: here the gate costs throughput "
-        "(held steps run fewer sequences, so there are more steps: 1.15-1.2x wall time per "
-        "generate() measured on CPU, benchmarks/vllm_e2e.py); turn it on for DP attention "
-        "or graph-replayed decode"
+        "densegate: one engine without CUDA graphs gains nothing from the gate (held steps run "
+        "fewer sequences, so there are more steps: 1.15-1.2x wall time per generate() measured "
+        f"on CPU, benchmarks/vllm_e2e.py), {state}; it pays for DP attention or "
+        "graph-replayed decode"
     )

@@ -91,9 +91,11 @@ def aligned_config_from(
         rest = {k: v for k, v in raw.items() if k not in DP_ONLY_KEYS}
         additional_config = {**(additional_config or {}), CONFIG_KEY: rest}
     extra = read(VLLM_DP, dp_only, _where, only=_DP_ONLY)
-    sizes = {"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}
-    check_no_cadence(prefill_schedule_interval, gate_config_from(additional_config, **sizes))
-    return AlignedGateConfig(**gate_settings(additional_config, **sizes), **extra)
+    n, seqs = max_num_batched_tokens, max_num_seqs
+    gate = gate_config_from(additional_config, max_num_batched_tokens=n, max_num_seqs=seqs)
+    check_no_cadence(prefill_schedule_interval, gate)
+    settings = gate_settings(additional_config, max_num_batched_tokens=n, max_num_seqs=seqs)
+    return AlignedGateConfig(**settings, **extra)
 
 
 def _where(key: str) -> str:

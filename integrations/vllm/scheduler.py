@@ -45,6 +45,7 @@ from densegate.integrations.vllm.config import (
     check_no_cadence,
     deployment_case,
     gate_config_from,
+    gate_on_by_default,
     gate_settings,
     one_engine_gate,
 )
@@ -90,10 +91,12 @@ class _Gated:
         super().__init__(*args, **kwargs)
         base: Any = self
         sc = base.scheduler_config
+        graphs = _cuda_graphs(base.vllm_config)
+        raw, on = base.vllm_config.additional_config, gate_on_by_default(cuda_graphs=graphs)
         sizes = {"max_num_batched_tokens": sc.max_num_batched_tokens,
                  "max_num_seqs": sc.max_num_seqs}  # fmt: skip
-        settings = gate_settings(base.vllm_config.additional_config, **sizes)
-        self.gate_config = gate_config_from(base.vllm_config.additional_config, **sizes)
+        settings = gate_settings(raw, **sizes, enabled_default=on)
+        self.gate_config = gate_config_from(raw, **sizes, enabled_default=on)
         check_no_cadence(int(sc.prefill_schedule_interval), self.gate_config)
         self.gate = one_engine_gate(settings)
         if isinstance(self.gate, AlignedGate):
@@ -102,7 +105,8 @@ class _Gated:
         logger.info(
             deployment_case(
                 data_parallel_size=int(base.parallel_config.data_parallel_size),
-                cuda_graphs=_cuda_graphs(base.vllm_config),
+                cuda_graphs=graphs,
+                enabled=self.gate_config.enabled,
             )
         )
         self.gate_counts = collections.Counter()

@@ -94,8 +94,9 @@ class Limits:
 def build(cls: type, limits: Limits, densegate: dict[str, Any] | None = None) -> Any:
     """A scheduler of ``cls`` over a copy of ``base_config()`` with ``limits``.
 
-    ``densegate`` replaces ``additional_config['densegate']``; None keeps the
-    command line's.
+    ``densegate`` replaces ``additional_config['densegate']``, with ``enabled`` true unless it
+    says otherwise (on vLLM's CPU build, without CUDA graphs, the gate is off by default:
+    these tests run it); None keeps the command line's.
     """
     import torch
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -114,7 +115,7 @@ def build(cls: type, limits: Limits, densegate: dict[str, Any] | None = None) ->
     vc.cache_config.num_gpu_blocks = limits.num_blocks
     vc.cache_config.enable_prefix_caching = limits.prefix_caching
     if densegate is not None:
-        vc.additional_config = {"densegate": densegate}
+        vc.additional_config = {"densegate": {"enabled": True, **densegate}}
     spec = FullAttentionSpec(
         block_size=limits.block_size, num_kv_heads=2, head_size=32, dtype=torch.float32
     )

@@ -11,6 +11,7 @@ from densegate.integrations.vllm.config import (
     check_vllm_version,
     deployment_case,
     gate_config_from,
+    gate_on_by_default,
 )
 
 
@@ -85,7 +86,10 @@ def test_the_cadence_beside_an_enabled_gate_is_refused_naming_both_ways_out() ->
 def test_the_start_up_line_names_the_case() -> None:
     dp = deployment_case(data_parallel_size=4, cuda_graphs=True)
     graphs = deployment_case(data_parallel_size=1, cuda_graphs=True)
-    eager = deployment_case(data_parallel_size=1, cuda_graphs=False)
+    eager = deployment_case(data_parallel_size=1, cuda_graphs=False, enabled=False)
+    forced = deployment_case(data_parallel_size=1, cuda_graphs=False, enabled=True)
     assert "data_parallel_size=4" in dp and "not aligned" in dp
-    assert "CUDA graphs" in graphs and "costs" not in graphs
-    assert "costs throughput" in eager and "benchmarks/vllm_e2e.py" in eager
+    assert "CUDA graphs" in graphs and "gains nothing" not in graphs
+    assert "gains nothing" in eager and "benchmarks/vllm_e2e.py" in eager
+    assert "off by default here" in eager and "off by default" not in forced
+    assert gate_on_by_default(cuda_graphs=True) and not gate_on_by_default(cuda_graphs=False)

@@ -40,7 +40,26 @@ def test_scheduler_cls_and_additional_config_go_through_vllm_config_loading() ->
     vc = base_config()  # parsed from --scheduler-cls / --additional-config
     assert vc.scheduler_config.get_scheduler_cls() is GatedScheduler
     sched = build(vc.scheduler_config.get_scheduler_cls(), Limits(), densegate=None)
-    assert sched.gate_config == GateConfig(256 - 16, 9, True)  # default B, K from the CLI
+    # default B, K from the CLI; off by default on one engine without CUDA graphs
+    assert sched.gate_config == GateConfig(256 - 16, 9, False)
+
+
+def test_one_engine_without_graphs_keeps_the_gate_off_unless_asked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """vLLM's CPU build never replays CUDA graphs: there the gate gains nothing, so a
+    GatedScheduler without ``enabled`` fires every step (DISABLED) and says so at start."""
+    from densegate.impl.gate import Reason
+    from densegate.impl.traces.workload import synthetic_trace
+
+    vc = base_config()
+    with caplog.at_level("INFO"):
+        sched = build(vc.scheduler_config.get_scheduler_cls(), Limits(), densegate=None)
+    assert "gate is off by default here" in caplog.text
+    rep = replay(sched, synthetic_trace(12, seed=1))
+    assert {s.gate.reason for s in rep.steps} <= {Reason.DISABLED, Reason.EMPTY}
+    forced = build(_gated(False), Limits(), {"enabled": True})
+    assert forced.gate_config.enabled is True
 
 
 def test_a_bad_value_is_an_error_at_engine_start_naming_the_key() -> None:
