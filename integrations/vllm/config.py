@@ -34,6 +34,7 @@ __all__ = [
     "UnsupportedVllmVersion",
     "check_no_cadence",
     "check_vllm_version",
+    "cuda_graphs",
     "deployment_case",
     "gate_config_from",
     "gate_on_by_default",
@@ -142,6 +143,20 @@ def check_no_cadence(prefill_schedule_interval: int, gate: GateConfig) -> None:
             "--prefill-schedule-interval (default 1), or set "
             f"additional_config[{CONFIG_KEY!r}]['enabled'] = false"
         )
+
+
+def cuda_graphs(vllm_config: Any) -> bool:
+    """Whether decode steps replay captured CUDA graphs (never on vLLM's CPU platform)."""
+    from vllm.config import CUDAGraphMode
+
+    cc = vllm_config.compilation_config
+    mode = cc.cudagraph_mode
+    return (
+        not vllm_config.model_config.enforce_eager
+        and bool(cc.cudagraph_capture_sizes)
+        and mode is not None
+        and mode.decode_mode() != CUDAGraphMode.NONE
+    )
 
 
 def gate_on_by_default(*, cuda_graphs: bool) -> bool:

@@ -81,9 +81,16 @@ def aligned_config_from(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     prefill_schedule_interval: int,
+    graphs: bool = True,
 ) -> AlignedGateConfig:
     """The aligned gate's config from the one-engine keys plus the DP-only ones
-    (``DP_ONLY_KEYS``: absent or None, off); the cadence beside it is refused."""
+    (``DP_ONLY_KEYS``: absent or None, off); the cadence beside it is refused.
+
+    ``pace_tokens`` absent (not null) where decode is not replayed from CUDA graphs
+    (``graphs`` false) is ``dense_tokens``: there a mixed step costs only its tokens, so
+    holding cannot pay (under the roofline, and in ``benchmarks/vllm_dp_side_by_side.py``:
+    51 of its 70 goal bars met paced against 26 holding), and the paced release never
+    holds while no rank's prefill passes a dense pass. With graphs the hold stays."""
     raw = (additional_config or {}).get(CONFIG_KEY)
     dp_only: Mapping[str, object] = {}
     if isinstance(raw, Mapping) and any(k in raw for k in DP_ONLY_KEYS):
@@ -95,6 +102,9 @@ def aligned_config_from(
     gate = gate_config_from(additional_config, max_num_batched_tokens=n, max_num_seqs=seqs)
     check_no_cadence(prefill_schedule_interval, gate)
     settings = gate_settings(additional_config, max_num_batched_tokens=n, max_num_seqs=seqs)
+    given = (additional_config or {}).get(CONFIG_KEY)
+    if not graphs and not (isinstance(given, Mapping) and "pace_tokens" in given):
+        settings["pace_tokens"] = settings["dense_tokens"]
     return AlignedGateConfig(**settings, **extra)
 
 

@@ -56,6 +56,7 @@ from densegate.impl.dp_gate import (
 )
 from densegate.impl.gate import Reason
 from densegate.integrations.vllm.budget import capped_step, check_budget, decode_tokens
+from densegate.integrations.vllm.config import cuda_graphs
 from densegate.integrations.vllm.dp_config import (
     DEFAULT_TIMEOUT_S,
     ENV_VAR,
@@ -114,6 +115,7 @@ class DpGate:
             max_num_batched_tokens=int(sc.max_num_batched_tokens),
             max_num_seqs=int(sc.max_num_seqs),
             prefill_schedule_interval=int(sc.prefill_schedule_interval),
+            graphs=cuda_graphs(vc),
         )
         self.world = int(core.dp_size)
         self.rank = int(core.dp_rank)
@@ -162,8 +164,10 @@ class DpGate:
             c = self.config
             logger.info(
                 "densegate: aligned prefill gate across %d DP engine cores (dense_tokens=%d, "
-                "max_hold_passes=%d, enabled=%s), one all-reduce per step on the DP group",
-                self.world, c.dense_tokens, c.max_hold_passes, c.enabled,
+                "max_hold_passes=%d, enabled=%s, pace_tokens=%s%s), one all-reduce per step on "
+                "the DP group",
+                self.world, c.dense_tokens, c.max_hold_passes, c.enabled, c.pace_tokens,
+                "" if c.pace_tokens is None else ": never holds while work waits",
             )  # fmt: skip
 
     def step(self, core: Any) -> None:

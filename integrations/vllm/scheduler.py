@@ -43,6 +43,7 @@ from densegate.impl.gate import Decision, GateConfig, PrefillGate, Reason
 from densegate.integrations.vllm.budget import capped_step, check_budget, decode_tokens
 from densegate.integrations.vllm.config import (
     check_no_cadence,
+    cuda_graphs,
     deployment_case,
     gate_config_from,
     gate_on_by_default,
@@ -91,7 +92,7 @@ class _Gated:
         super().__init__(*args, **kwargs)
         base: Any = self
         sc = base.scheduler_config
-        graphs = _cuda_graphs(base.vllm_config)
+        graphs = cuda_graphs(base.vllm_config)
         raw, on = base.vllm_config.additional_config, gate_on_by_default(cuda_graphs=graphs)
         sizes = {"max_num_batched_tokens": sc.max_num_batched_tokens,
                  "max_num_seqs": sc.max_num_seqs}  # fmt: skip
@@ -173,20 +174,6 @@ class _Gated:
         )
         per = self.gate_ns / steps / 1e3 if steps else 0.0
         return f"densegate: {steps} steps ({by}), hold_passes={self.hold_passes}, {per:.1f} us/step"
-
-
-def _cuda_graphs(vllm_config: Any) -> bool:
-    """Whether decode steps replay captured CUDA graphs (never on vLLM's CPU platform)."""
-    from vllm.config import CUDAGraphMode
-
-    cc = vllm_config.compilation_config
-    mode = cc.cudagraph_mode
-    return (
-        not vllm_config.model_config.enforce_eager
-        and bool(cc.cudagraph_capture_sizes)
-        and mode is not None
-        and mode.decode_mode() != CUDAGraphMode.NONE
-    )
 
 
 class GatedScheduler(_Gated, Scheduler):

@@ -42,7 +42,8 @@ def _runs() -> list[list[Any]]:
     from tests.support.vllm_dp_runs import Scenario, run_processes
 
     trace = _arrivals()
-    cfg = {"max_hold_passes": HOLD}
+    # The hold release (pace_tokens null): without CUDA graphs the default is the paced one.
+    cfg = {"max_hold_passes": HOLD, "pace_tokens": None}
     paced = {"max_hold_passes": HOLD, "pace_tokens": CAP}
     return run_processes(
         [

@@ -143,7 +143,7 @@ def test_cuda_graphs_are_read_from_vllms_compilation_config() -> None:
 
     from vllm.config import CUDAGraphMode
 
-    from densegate.integrations.vllm.scheduler import _cuda_graphs
+    from densegate.integrations.vllm.config import cuda_graphs as _cuda_graphs
 
     vc = copy.deepcopy(base_config())
     assert not _cuda_graphs(vc)  # vLLM's CPU platform: no graphs
