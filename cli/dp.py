@@ -33,6 +33,9 @@ the run does not have is refused, as is a trace request no engine could admit
 (prompt_len + output_len over max_model_len): one line, exit 2, before any
 rank starts. ``DENSEGATE_DP_OUT=DIR`` keeps the launcher's per-rank reports
 (decision logs included) in DIR.
+
+Ctrl-C stops every rank and prints one line, then the summary of the phases the
+ranks had finished, and exits 130 (as a shell reports a SIGINT).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from typing import Any
 from densegate.cli.options import add_arguments, engine_config
 from densegate.impl.dp.config import DPConfig, check_trace
 from densegate.impl.dp.hooks import RankHooks, chain
-from densegate.impl.dp.launch import launch, rank_main
+from densegate.impl.dp.launch import DPResult, Interrupted, launch, rank_main
 from densegate.impl.dp.report import RankReport
 from densegate.impl.dp.summary import by_phase, merge_reports
 from densegate.impl.settings import flagged
@@ -63,6 +66,8 @@ __all__ = ["main", "parse_faults", "run_dp", "summarize_dp"]
 
 
 CRASH_FORMAT = "RANK:TICK[:MODE[:SECONDS]][@PHASE]"
+INTERRUPTED = 130
+"""Exit status after Ctrl-C: 128 + SIGINT, as a shell reports it."""
 
 
 def parse_faults(spec: str) -> tuple[Fault, ...]:
@@ -181,6 +186,16 @@ def _show(args: argparse.Namespace, s: dict[str, Any]) -> int:
 def run_dp(args: argparse.Namespace) -> int:
     """``densegate run --dp N``: launch N local ranks, print the merged summary."""
     try:
+        return _run_dp(args)
+    except Interrupted as e:
+        return _interrupted(args, e.result)
+    except KeyboardInterrupt:
+        print("densegate run: interrupted (Ctrl-C) before any rank started", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _run_dp(args: argparse.Namespace) -> int:
+    try:
         trace, config, hooks = _inputs(args, args.dp)
     except (ValueError, OSError) as e:
         print(f"densegate run: {e}", file=sys.stderr)
@@ -193,6 +208,28 @@ def run_dp(args: argparse.Namespace) -> int:
     r = launch(trace, config, args.dp, out_dir=out_dir, hooks=hooks)
     s = summarize_dp(r.world_size, r.reports, r.trace_len, r.wall_s, r.exitcodes, r.streams)
     return _show(args, s)
+
+
+def _interrupted(args: argparse.Namespace, r: DPResult) -> int:
+    """Ctrl-C: one line, then the phases every rank had finished (the stopped ranks are not
+    faults, so no exit codes), exit 130."""
+    done = min((len(reps) for reps in r.reports.values()), default=0)
+    if len(r.reports) < r.world_size:
+        done = 0
+    stopped = f"densegate run: interrupted (Ctrl-C): {r.world_size} ranks stopped"
+    if not done:
+        print(f"{stopped} before any phase ended", file=sys.stderr)
+    else:
+        which = "that one" if done == 1 else "those"
+        line = f"{stopped} after {done} of {len(r.streams)} phases; the summary covers {which}"
+        print(line, file=sys.stderr)
+    reports = {rank: reps[:done] for rank, reps in r.reports.items()} if done else {}
+    s = summarize_dp(r.world_size, reports, r.trace_len, r.wall_s, None, r.streams)
+    s["interrupted"] = True
+    if "error" in s:
+        s["error"] = "interrupted before the ranks had finished a phase"
+    _show(args, s)
+    return INTERRUPTED
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,6 +14,10 @@ rank the survivors agreed is gone (a hung one), and at the end reads every
 rank's stream of every phase from it: what a caller was sent
 (``DPResult.streams``), which also accounts for a phase a dead rank finished
 but could not report.
+
+Nothing outlives the launcher: its children die with it, SIGKILL included, and a
+Ctrl-C stops the ranks and raises ``Interrupted`` with what they had reported
+(``densegate.impl.dp.lifetime``).
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import multiprocessing
 import os
+import signal
 import tempfile
 import time
 import traceback
@@ -33,6 +39,7 @@ from typing import Any
 from densegate.impl.dp.collective import Collective, Excluded, TorchCollective, agree_backend
 from densegate.impl.dp.config import DPConfig, check_trace
 from densegate.impl.dp.hooks import NO_HOOKS, RankHooks
+from densegate.impl.dp.lifetime import LAUNCHER_ENV, arm_rank
 from densegate.impl.dp.membership import DEAD_KEY, EXCLUDED_KEY, STREAM_KEY
 from densegate.impl.dp.rank import run_rank
 from densegate.impl.dp.report import RankReport
@@ -40,7 +47,7 @@ from densegate.impl.dp.summary import merge_reports
 from densegate.impl.traces.workload import TraceRequest
 from densegate.impl.validation import check_int
 
-__all__ = ["EXCLUDED_EXIT_CODE", "DPResult", "launch", "rank_main"]
+__all__ = ["EXCLUDED_EXIT_CODE", "DPResult", "Interrupted", "launch", "rank_main"]
 
 log = logging.getLogger("densegate.dp")
 
@@ -136,6 +143,7 @@ def _spawn_entry(
     hooks: RankHooks,
     wrap: Callable[[Collective], Collective] | None,
 ) -> None:
+    arm_rank()  # the launcher stops the ranks on Ctrl-C; its death kills them
     os.environ.update(env)
     os.environ["RANK"] = os.environ["LOCAL_RANK"] = str(index)
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
@@ -153,13 +161,14 @@ def _spawn_entry(
 
 def _start_method() -> str:
     """forkserver where there is one: torch is imported once, in the server, and every
-    rank forks from it (spawn would import torch in each rank, seconds apiece)."""
-    import multiprocessing
-
+    rank forks from it (spawn would import torch in each rank, seconds apiece). The
+    server imports ``lifetime`` first: armed before the seconds torch takes."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return "spawn"
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed", "densegate.impl.dp.launch"])
+    ctx.set_forkserver_preload(
+        ["densegate.impl.dp.lifetime", "torch", "torch.distributed", "densegate.impl.dp.launch"]
+    )
     return "forkserver"
 
 
@@ -193,6 +202,15 @@ class DPResult:
         )
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C stopped ``launch``: every rank is stopped; ``result`` holds the phases they had
+    reported and the streams the store kept (its ``exitcodes``: the stopped ranks')."""
+
+    def __init__(self, result: DPResult) -> None:
+        super().__init__("interrupted")
+        self.result = result
+
+
 def launch(
     trace: Sequence[TraceRequest],
     config: DPConfig,
@@ -209,10 +227,10 @@ def launch(
     the survivors agreed is gone is killed (it hung, or would only stop itself).
     ``hooks`` and ``wrap`` go to every rank pickled (``densegate.impl.dp.hooks``;
     ``rank_main``). ``ValueError`` before any process starts if a trace request cannot fit the
-    engine (``densegate.impl.dp.config.check_trace``).
+    engine (``densegate.impl.dp.config.check_trace``). Ctrl-C (``KeyboardInterrupt``) stops
+    every rank and raises ``Interrupted``, a ``KeyboardInterrupt``, with the partial result.
     """
     from torch.distributed import TCPStore  # type: ignore[attr-defined]
-    from torch.multiprocessing.spawn import start_processes
 
     check_int("launch", "world_size", world_size, 1)
     check_trace(trace, config)
@@ -228,32 +246,21 @@ def launch(
     with tempfile.TemporaryDirectory(prefix="densegate-dp-") as tmp:
         where = out_dir or tmp
         Path(where).mkdir(parents=True, exist_ok=True)
-        ctx = start_processes(  # type: ignore[no-untyped-call]
-            _spawn_entry,
-            args=(env, list(trace), config, where, backend, hooks, wrap),
-            nprocs=world_size,
-            join=False,
-            start_method=_start_method(),
-        )
-        procs = ctx.processes
-        marked: set[int] = set()
-        while any(p.is_alive() for p in procs):
-            for r, p in enumerate(procs):
-                if r in marked:
-                    continue
-                if not p.is_alive() and p.exitcode != 0:
-                    store.set(DEAD_KEY.format(r), str(p.exitcode))
-                    marked.add(r)
-                elif p.is_alive() and store.check([EXCLUDED_KEY.format(r)]):
-                    log.warning("rank %d was agreed gone by the survivors; killing it", r)
-                    p.kill()
-                    p.join()
-                    store.set(DEAD_KEY.format(r), "killed")
-                    marked.add(r)
-            time.sleep(0.02)
+        before = set(multiprocessing.active_children())
+        procs: list[Any] = []
+        handler: Any = None  # SIGINT's, while a Ctrl-C's cleanup ignores another one
+        try:
+            ctx = _start(world_size, (env, list(trace), config, where, backend, hooks, wrap))
+            procs = ctx.processes
+            _watch(procs, store)
+        except KeyboardInterrupt:
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            procs = procs or [p for p in multiprocessing.active_children() if p not in before]
+            for p in procs:
+                p.kill()
         for p in procs:
             p.join()
-        exitcodes = [p.exitcode for p in procs]
+        exitcodes = [p.exitcode for p in procs] + [None] * (world_size - len(procs))
         reports: dict[int, list[RankReport]] = {}
         for r in range(world_size):
             path = Path(where) / _REPORT.format(r)
@@ -265,5 +272,45 @@ def launch(
             streams[phase.name] = {
                 r: store.get(key) if store.check([key]) else b"" for r, key in enumerate(keys)
             }
-    wall = time.perf_counter() - t0
-    return DPResult(world_size, reports, exitcodes, wall, len(trace), streams)
+    result = DPResult(world_size, reports, exitcodes, time.perf_counter() - t0, len(trace), streams)
+    if handler is not None:
+        signal.signal(signal.SIGINT, handler)
+        raise Interrupted(result)
+    return result
+
+
+def _start(world_size: int, args: tuple[Any, ...]) -> Any:
+    """Start the ranks; the forkserver, started with the first, learns it is ours."""
+    from torch.multiprocessing.spawn import start_processes
+
+    before = os.environ.get(LAUNCHER_ENV)
+    os.environ[LAUNCHER_ENV] = str(os.getpid())  # set only while our processes start
+    try:
+        return start_processes(  # type: ignore[no-untyped-call]
+            _spawn_entry, args=args, nprocs=world_size, join=False, start_method=_start_method()
+        )
+    finally:
+        if before is None:
+            os.environ.pop(LAUNCHER_ENV, None)
+        else:
+            os.environ[LAUNCHER_ENV] = before
+
+
+def _watch(procs: Sequence[Any], store: Any) -> None:
+    """Wait for every rank: mark one that exited abnormally dead in the store, kill one
+    the survivors agreed is gone."""
+    marked: set[int] = set()
+    while any(p.is_alive() for p in procs):
+        for r, p in enumerate(procs):
+            if r in marked:
+                continue
+            if not p.is_alive() and p.exitcode != 0:
+                store.set(DEAD_KEY.format(r), str(p.exitcode))
+                marked.add(r)
+            elif p.is_alive() and store.check([EXCLUDED_KEY.format(r)]):
+                log.warning("rank %d was agreed gone by the survivors; killing it", r)
+                p.kill()
+                p.join()
+                store.set(DEAD_KEY.format(r), "killed")
+                marked.add(r)
+        time.sleep(0.02)
