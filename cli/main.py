@@ -33,6 +33,8 @@ COMMANDS: dict[str, str] = {
 
 BROKEN_PIPE = 141
 """Exit status when stdout closes early (128 + SIGPIPE, as a shell reports ``head``'s writer)."""
+INTERRUPTED = 130
+"""Exit status after a Ctrl-C (128 + SIGINT, as a shell reports it)."""
 
 
 class UsageError(Exception):
@@ -126,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _quiet_stdout()
         return BROKEN_PIPE
+    except KeyboardInterrupt:  # run --dp prints its own line and partial summary first
+        cmd = _command(words)
+        print(f"densegate{' ' + cmd if cmd else ''}: interrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
     return code
 
 

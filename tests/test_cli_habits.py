@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from densegate.cli.bench_names import BENCH_STALL_DEFAULT, POLICY_NAMES, WORKLOAD_NAMES
-from densegate.cli.main import BROKEN_PIPE, COMMANDS, build_parser, main
+from densegate.cli.main import BROKEN_PIPE, COMMANDS, INTERRUPTED, build_parser, main
 from densegate.cli.options import engine_config
 
 CLI = [sys.executable, "-m", "densegate.cli.main"]
@@ -236,3 +236,19 @@ def test_conform_keeps_hypothesis_files_out_of_the_working_directory(tmp_path: P
     assert proc.returncode == 0, proc.stderr
     assert list(work.iterdir()) == []
     assert (cache / "densegate" / "hypothesis").is_dir()  # Hypothesis did write: there
+
+
+def test_ctrl_c_is_one_line_and_exit_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C in any command (run --dp prints its partial summary itself first) leaves one
+    line on stderr, no traceback, and the shell's 130."""
+    import densegate.cli.run as run
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "main", interrupted)
+    assert main(["run", "--requests", "3"]) == INTERRUPTED == 130
+    err = capsys.readouterr().err
+    assert err == "densegate run: interrupted (Ctrl-C)\n"
