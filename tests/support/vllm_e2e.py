@@ -46,7 +46,10 @@ def run(directory: str, mode: str) -> dict[str, object]:
     if mode == "gated":
         kwargs = {
             "scheduler_cls": "densegate.integrations.vllm.GatedScheduler",
-            "additional_config": {"densegate": {"dense_tokens": 48, "max_hold_passes": 4}},
+            # on explicitly: vLLM's CPU build replays no CUDA graphs, where it is off by default
+            "additional_config": {
+                "densegate": {"dense_tokens": 48, "max_hold_passes": 4, "enabled": True}
+            },
         }
     llm = LLM(
         model=directory,
