@@ -16,7 +16,8 @@ Both move more bytes than a variable-size collective would: fine for a tiny mode
 It also adds, on every ``DPEngineCoreProc``, a record of each forward pass this rank runs
 (a real step's prefill and decode tokens, or a dummy batch) and a utility method
 ``densegate_probe`` (called through vLLM's engine-core client, ``call_utility_all_async``)
-that returns and clears that record and the DP gate's decision log (``DpGate.log``).
+that returns and clears that record and the DP gate's decision log (``DpGate.log``: tick,
+fire, reason, the reduced observation, and this rank's decode sequences).
 
 Not installed with densegate: ``benchmarks/vllm_dp_e2e.py`` declares it as an entry point in
 a throwaway ``.dist-info`` on ``PYTHONPATH`` (``entry_point_dir``), so vLLM loads it in every
@@ -147,9 +148,13 @@ def _probe(self: Any) -> dict[str, Any]:
     gate = self.__dict__.get("densegate_dp")
     log = []
     if gate is not None:
-        log = [[s.tick, int(s.fire), s.reason.name, repr(s.reduced)] for s in gate.log]
+        log = [
+            [s.tick, int(s.fire), s.reason.name, repr(s.reduced), s.local.decode_seqs]
+            for s in gate.log
+        ]
         gate.log.clear()
-    out = {"rank": int(self.dp_rank), "wave": int(self.current_wave), "steps": list(steps),
+    out = {"rank": int(self.dp_rank), "wave": int(self.current_wave),
+           "running": bool(self.engines_running), "steps": list(steps),
            "decisions": log}  # fmt: skip
     steps.clear()
     return out
