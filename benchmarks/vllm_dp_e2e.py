@@ -54,7 +54,7 @@ sys.path[:0] = [str(ROOT)]
 
 HIDDEN = ("torchvision", "torchaudio", "torchcodec")  # see tests/vllm/conftest.py
 for _name in HIDDEN:
-    sys.modules.setdefault(_name, None)  # type: ignore[assignment]
+    sys.modules.setdefault(_name, None)  # type: ignore[arg-type]
 
 MAX_NUM_SEQS = 8
 TOKEN_BUDGET = 64
@@ -190,6 +190,7 @@ class Arm:
 
     def close(self) -> None:
         self.llm.shutdown()
+        del self.llm  # its __del__ shuts down again: here, not at interpreter exit
 
 
 async def _run(

