@@ -23,6 +23,7 @@ validating constructors run in a check of their own (``inputs``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -97,17 +98,8 @@ R2_CLASSES: Classes = {
 """The configuration classes R2's scope names; each must be reached by an explored path."""
 
 _CONFIG_FIELDS = ("dense_tokens", "max_hold_passes", "enabled", "target_fill", "stall_ticks")
-_REDUCED_FIELDS: tuple[str, ...] = (
-    "ranks",
-    "waiting_ranks",
-    "waiting_tokens",
-    "decode_seqs",
-    "kv_pressure_ranks",
-    "partial_prefill_ranks",
-    "filled_ranks",
-    "no_decode_ranks",
-    "vacant_ranks",
-)
+_REDUCED_FIELDS = tuple(f.name for f in dataclasses.fields(ReducedObservation))
+"""The reduced vector's fields in slot order, read from the shipped dataclass itself."""
 
 
 def _unvalidated(cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> Any:

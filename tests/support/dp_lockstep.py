@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 import densegate.impl.dp_gate
 from densegate.spec.dp_gate import DP
 from densegate.spec.machine import Machine, evaluate
+from tests.support.dp_slots import LOCAL, SHARED
 
 dense_tokens = st.one_of(st.integers(1, 12), st.integers(13, 4096))
 hold_budgets = st.one_of(st.integers(1, 8), st.integers(9, 40))
@@ -34,10 +35,6 @@ pace_tokens = st.integers(1, 64)
 """A pace cap: the spec takes any value in [cmin, cmax]; the lockstep passes cmin = 1 and
 cmax = the cap itself, which the gate never reads."""
 run_lengths = st.integers(1, 30)
-_SHARED = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va")
-"""The spec's names of the gate's slots after RANKS, in vector order."""
-_LOCAL = {"lw": 1, "lf": 2, "ld": 3, "lp": 4, "lfl": 6, "lnd": 7, "lva": 8}
-"""The spec's names of one rank's own summand, by slot."""
 advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 
 
@@ -96,8 +93,8 @@ class AlignedLockstep(RuleBasedStateMachine):
         reduced = self.impl.ReducedObservation.from_sum(total, len(ranks))
         dec = self.gate.decide(reduced, self.tick)
         own = vectors[who % len(ranks)]
-        obs = dict(zip(_SHARED, total[1:], strict=True)) | {"t": self.tick, "clock": clock}
-        obs |= {k: own[i] for k, i in _LOCAL.items()}
+        obs = dict(zip(SHARED, total[1:], strict=True)) | {"t": self.tick, "clock": clock}
+        obs |= {k: own[i] for k, i in LOCAL.items()}
         _, out, nxt = evaluate(self.spec, self.params, self.state, obs)
         AlignedLockstep.ticks += 1
         AlignedLockstep.paced_ticks += dec.cap is not None

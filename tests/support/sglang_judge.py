@@ -20,7 +20,15 @@ from __future__ import annotations
 from typing import Any
 
 from densegate.impl.dp_gate import AlignedGateConfig
+from densegate.impl.dp_vector import (
+    DECODE_SEQS,
+    FILLED_RANKS,
+    NO_DECODE_RANKS,
+    WAITING_RANKS,
+    WAITING_TOKENS,
+)
 from densegate.impl.gate import Decision, GateConfig, Reason
+from tests.support.dp_slots import LOCAL, SHARED
 
 Record = tuple[int, bool, str, int, tuple[int, ...], tuple[int, ...]]
 
@@ -50,9 +58,8 @@ def dp_spec_mismatches(
     state = {"h": 0, "q": 0, "g": 0}
     bad = []
     for tick, fire, reason, hold, reduced, local in records:
-        obs = dict(zip(("W", "F", "D", "P", "C", "Fl", "Nd", "Va"), reduced[1:9], strict=True))
-        obs |= {"t": tick, "lw": local[1], "lf": local[2], "ld": local[3], "lp": local[4]}
-        obs |= {"lfl": local[6], "lnd": local[7], "lva": local[8]}
+        obs = dict(zip(SHARED, reduced[1 : 1 + len(SHARED)], strict=True))
+        obs |= {"t": tick} | {k: local[i] for k, i in LOCAL.items()}
         obs["clock"] = 7 * tick + 3  # any clock: the decision must not read it
         _, out, nxt = evaluate(DP, params, state, obs)
         want = (bool(out["fire"]), str(out["reason"]), int(nxt["h"]))
@@ -71,7 +78,8 @@ def kit_judge(records: list[Record], cfg: AlignedGateConfig, world: int) -> dict
     B = cfg.dense_tokens
     log = []
     for _, fire, reason, hold, reduced, _ in records:
-        W, F, D, filled, no_decode = reduced[1], reduced[2], reduced[3], reduced[6], reduced[7]
+        W, F, D = reduced[WAITING_RANKS], reduced[WAITING_TOKENS], reduced[DECODE_SEQS]
+        filled, no_decode = reduced[FILLED_RANKS], reduced[NO_DECODE_RANKS]
         # The one-rank view of the aligned rules: a filled rank (or every rank at B) is a
         # dense pass, a waiting rank with no decode a pass with nothing decoding.
         dense = filled > 0 or (world == W and world * B <= F)
