@@ -40,6 +40,7 @@ __all__ = [
     "gate_on_by_default",
     "gate_settings",
     "one_engine_gate",
+    "one_rank_config",
 ]
 
 CONFIG_KEY = "densegate"
@@ -121,16 +122,20 @@ def gate_config_from(
         max_num_seqs=max_num_seqs,
         enabled_default=enabled_default,
     )
-    return GateConfig(got["dense_tokens"], got["max_hold_passes"], got["enabled"],
-                      got["stall_ticks"])  # fmt: skip
+    return one_rank_config(got)
+
+
+def one_rank_config(settings: Mapping[str, Any]) -> GateConfig:
+    """The one-rank gate's config from ``gate_settings``'s result (``pace_tokens`` aside)."""
+    return GateConfig(settings["dense_tokens"], settings["max_hold_passes"],
+                      settings["enabled"], settings["stall_ticks"])  # fmt: skip
 
 
 def one_engine_gate(settings: Mapping[str, Any]) -> PrefillGate | AlignedGate:
     """``PrefillGate``, or with ``pace_tokens`` set the paced release: the aligned gate on
     one rank (D9-D12: never holds while work waits; below a dense pass, capped)."""
     if settings.get("pace_tokens") is None:
-        return PrefillGate(GateConfig(settings["dense_tokens"], settings["max_hold_passes"],
-                                      settings["enabled"], settings["stall_ticks"]))  # fmt: skip
+        return PrefillGate(one_rank_config(settings))
     return AlignedGate(AlignedGateConfig(**settings), world_size=1)
 
 

@@ -27,8 +27,8 @@ from densegate.impl.settings import VLLM, VLLM_DP, carried, read
 from densegate.integrations.vllm.config import (
     CONFIG_KEY,
     check_no_cadence,
-    gate_config_from,
     gate_settings,
+    one_rank_config,
 )
 
 __all__ = [
@@ -99,9 +99,8 @@ def aligned_config_from(
         additional_config = {**(additional_config or {}), CONFIG_KEY: rest}
     extra = read(VLLM_DP, dp_only, _where, only=_DP_ONLY)
     n, seqs = max_num_batched_tokens, max_num_seqs
-    gate = gate_config_from(additional_config, max_num_batched_tokens=n, max_num_seqs=seqs)
-    check_no_cadence(prefill_schedule_interval, gate)
     settings = gate_settings(additional_config, max_num_batched_tokens=n, max_num_seqs=seqs)
+    check_no_cadence(prefill_schedule_interval, one_rank_config(settings))
     given = (additional_config or {}).get(CONFIG_KEY)
     if not graphs and not (isinstance(given, Mapping) and "pace_tokens" in given):
         settings["pace_tokens"] = settings["dense_tokens"]

@@ -45,10 +45,10 @@ from densegate.integrations.vllm.config import (
     check_no_cadence,
     cuda_graphs,
     deployment_case,
-    gate_config_from,
     gate_on_by_default,
     gate_settings,
     one_engine_gate,
+    one_rank_config,
 )
 from densegate.integrations.vllm.observe import StepObservation, observe
 
@@ -97,7 +97,7 @@ class _Gated:
         sizes = {"max_num_batched_tokens": sc.max_num_batched_tokens,
                  "max_num_seqs": sc.max_num_seqs}  # fmt: skip
         settings = gate_settings(raw, **sizes, enabled_default=on)
-        self.gate_config = gate_config_from(raw, **sizes, enabled_default=on)
+        self.gate_config = one_rank_config(settings)
         check_no_cadence(int(sc.prefill_schedule_interval), self.gate_config)
         self.gate = one_engine_gate(settings)
         if isinstance(self.gate, AlignedGate):
