@@ -104,10 +104,10 @@ LEVELS: tuple[Level, ...] = (
     ),
     Level(
         "scheduler",
-        "the scheduler (S1-S15) at block size 2, its gate without the STALL valve: S8 at 3 "
-        "request slots; the others for any number of requests, on slot-free machines whose "
-        "facts the folds S11-S15 prove of the per-slot scheduler",
-        tuple(f"S{i}" for i in range(1, 16)),
+        "the scheduler (S1-S16) at block size 2, its gate without the STALL valve: S8 at 3 "
+        "request slots, S16 (the per-slot pass is its folds' run) at 8; the others for any "
+        "number of requests, on slot-free machines and the folds whose facts they take",
+        tuple(f"S{i}" for i in range(1, 17)),
         (
             _scheduler("ledger", "LEDGER_OBLIGATIONS"),
             _scheduler("summary", "SUMMARY_OBLIGATIONS"),
@@ -120,6 +120,7 @@ LEVELS: tuple[Level, ...] = (
             _scheduler("join", "JOIN_OBLIGATIONS"),
             _scheduler("tail", "TAIL_OBLIGATIONS"),
             _scheduler("window_scan", "WINDOW_SCAN_OBLIGATIONS"),
+            _scheduler("link", "LINK_OBLIGATIONS"),
         ),
     ),
     Level(

@@ -44,6 +44,8 @@ SUMS = (
     "held2", "run2", "held3", "run3",  # after the reservations, after the samples
     "hneed", "htotal",  # the head of the queue's blocks and tokens
 )  # fmt: skip
+_AFTER = ("st3", "c3", "g3", "b3")
+"""The request after the commit, as the transition's outputs."""
 _PARTIAL = ("budget", "work", "prun", "seen")
 _PARAMS = ("T", "S", "N", "L", "cap", "d_t", "ow_t", "run1_t", "bud_e", "prun_e", "fr_e", "free1")
 
@@ -75,7 +77,7 @@ class PassTail(Machine):
         self.state_sorts.update({k: z3.Int for k in ("fr", "fc", *SUMS)})
         self.obs_sorts: dict[str, Any] = {k: z3.Int for k in ("st", "c", "g", "b", "P", "M")}
         self.obs_sorts["dec"] = z3.Bool
-        self.out_sorts: dict[str, Any] = {k: z3.Int for k in ("chunk", "need", "st3", "b3")}
+        self.out_sorts: dict[str, Any] = {k: z3.Int for k in ("chunk", "need", *_AFTER)}
         self.out_sorts["admit"] = z3.Bool
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
@@ -173,13 +175,14 @@ class PassTail(Machine):
             "hneed": z3.If(head, need, s["hneed"]),
             "htotal": z3.If(head, P + r.g, s["htotal"]),
         }
-        out = {"chunk": chunk, "need": need, "admit": ok, "st3": r3.st, "b3": r3.b}
+        out = {"chunk": chunk, "need": need, "admit": ok, "st3": r3.st, "c3": r3.c, "g3": r3.g,
+               "b3": r3.b}  # fmt: skip
         return [Command("REQUEST", z3.BoolVal(True), out, nxt)]
 
     def display_row(self, row: dict[str, Any]) -> dict[str, Any]:
         """One request per row: it as the decodes left it, what the pass gives it, the sums."""
         out: dict[str, Any] = {"request": row["pass"]}
-        keys = ("st", "c", "g", "b", "P", "M", "dec", "chunk", "admit", "need", "st3", "b3")
+        keys = ("st", "c", "g", "b", "P", "M", "dec", "chunk", "admit", "need", *_AFTER)
         out.update({k: row.get(k) for k in keys})
         rest = (*_PARTIAL, *ADMIT_INTS, *ADMIT_BOOLS, "fr", "fc", *SUMS)
         out.update({k: row.get(k) for k in rest})

@@ -117,6 +117,9 @@ class PassPlan:
     """The head of the queue fits this pass (slot, blocks, budget; nothing preempted)."""
     head_admit: z3.BoolRef
     """The plan admits the head of the queue if the gate fires."""
+    joined: list[Req]
+    """Every request after step 0 (aborts, then arrivals), and the free blocks then."""
+    free0: z3.ArithRef
 
 
 class SchedulerMachine(Machine):
@@ -269,6 +272,7 @@ class SchedulerMachine(Machine):
         # 0. aborts, then arrivals
         for i in range(R):
             reqs[i], free = end_or_join(reqs[i], free, abort=abort[i], arrive=arrive[i])
+        joined, free0 = list(reqs), free
         # 1. decodes in slot order; preempt the highest running slot when KV is out
         decoding: list[z3.BoolRef] = []
         preempted: z3.ArithRef = z3.IntVal(0)
@@ -315,7 +319,7 @@ class SchedulerMachine(Machine):
             need.append(nb)
         return PassPlan(
             st, c, g, b, free, decoding, chunk, admit, need, preempted, acc.planned, d,
-            z3.Sum(work), partial_run, acc.head_fits, acc.head_admit,
+            z3.Sum(work), partial_run, acc.head_fits, acc.head_admit, joined, free0,
         )  # fmt: skip
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:

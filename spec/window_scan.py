@@ -33,7 +33,6 @@ from densegate.spec.scheduler_request import (
     RUNNING,
     WAITING,
     Req,
-    reserve_and_run,
     sample,
 )
 
@@ -140,7 +139,6 @@ class WindowScan(PassTail):
         self.state_sorts.update({k: z3.Int for k in (*AHEAD_SUMS, *TRACKED_INTS)})
         self.state_sorts["tok"] = z3.Bool
         self.obs_sorts["arr"] = z3.Bool
-        self.out_sorts.update({k: z3.Int for k in ("c3", "g3")})
 
     def param_ok(self, p: Vars) -> z3.BoolRef:
         return z3.And(super().param_ok(p), p["quiet"], p["t"] >= 0)
@@ -162,22 +160,11 @@ class WindowScan(PassTail):
             ),
         )
 
-    def after(self, p: Vars, s: Vars, o: Vars, chunk: z3.ArithRef, ok: z3.BoolRef) -> Req:
-        """The request after the commit, as ``PassTail`` computes it."""
-        r, P = Req(o["st"], o["c"], o["g"], o["b"]), o["P"]
-        need = self.m.blocks_for(self.m.reserved_tokens(P, r.g))
-        fire = p["fire"]
-        r2, _ = reserve_and_run(r, s["fr"], fire=fire, chunk=chunk, admit=ok, need=need,
-                                dec=o["dec"])  # fmt: skip
-        scheduled = z3.Or(o["dec"], z3.And(fire, chunk > 0))
-        r3, _ = self.sample(r2, s["fc"], scheduled=scheduled, prompt=P, most=o["M"])
-        return r3
-
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         (cmd,) = super().commands(p, s, o)
         chunk, ok = cmd.out["chunk"], cmd.out["admit"]
         before = Req(o["st"], o["c"], o["g"], o["b"])
-        r3 = self.after(p, s, o, chunk, ok)
+        r3 = Req(*(cmd.out[k] for k in ("st3", "c3", "g3", "b3")))
         idx, t, fire = s["n"], p["t"], p["fire"]
         at, earlier = idx == t, idx < t
         run = z3.If(fire, chunk, 0)
@@ -198,8 +185,7 @@ class WindowScan(PassTail):
             nxt[k] = z3.If(at, v, s[k])
         nxt["tok"] = z3.If(at, ok, s["tok"])
         nxt["n"] = idx + 1
-        out = {**cmd.out, "c3": r3.c, "g3": r3.g}
-        return [Command(cmd.name, cmd.guard, out, nxt)]
+        return [Command(cmd.name, cmd.guard, cmd.out, nxt)]
 
     def display_row(self, row: dict[str, Any]) -> dict[str, Any]:
         """``PassTail``'s row, then the window's sums and ``t``'s figures."""

@@ -36,8 +36,9 @@ __all__ = [
 ]
 
 S6_SCOPE = (
-    "any number of requests given its window facts, which S15 proves of the per-slot "
-    "scheduler for any number of requests; block size 2, STALL valve off"
+    "any number of requests given its window facts, which S15 proves for any number of "
+    "requests of the folds the per-slot scheduler is built from (S16 ties the two at 8 "
+    "requests); block size 2, STALL valve off"
 )
 """What ``densegate prove`` proves S6 for, in short (a test keeps it true to the prover's
 scope): tables say "proved for" this, and "checked" for the replay at hand."""

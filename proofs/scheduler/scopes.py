@@ -1,20 +1,22 @@
 """What the scheduler-level proofs cover, in words: the one place their scopes are written.
 
 S1-S6 are proved of machines without request slots (the pass ledger, the summary,
-the TTFT window) given facts about each pass; S11-S15 prove those facts of the
-per-slot scheduler's pass for any number of requests, each phase as a fold of one
-per-request step (step 0: S13; the decodes: S11 with S12's victim search; the partial
-chunks, admission and the commit: S14, with S7's and S9's scans inside; the window's
-figures of an undisturbed pass: S15, beside S14's folds), each request as S10
-describes it. What ties a fold to the per-slot machine is that the machine builds the
-phase from the very step (a source test reads it) and, at small slot counts, S8. So
-S1-S6 and S10-S15 are reported parametric in the number of requests, with the block
-size (2) they fix in the scope.
+the TTFT window) given facts about each pass; S11-S15 prove those facts, for any number
+of requests, of folds of one per-request step (step 0: S13; the decodes: S11 with S12's
+victim search; the partial chunks, admission and the commit: S14, with S7's and S9's
+scans inside; the window's figures of an undisturbed pass: S15, beside S14's folds),
+each request as S10 describes it. The per-slot machine (the one S8 and R3 run) calls
+the same steps from its own loops; S16 checks semantically, at ``LINK_SLOTS``
+requests, that its pass is the folds' run (step 0 as ``JoinScan``, everything after the
+decodes as ``PassTail`` with S14's readings), and S8 checks every fact again at 3. So
+S1-S6 and S10-S15 are parametric in the number of requests on the machines they are
+about, and what carries them to the per-slot machine is bounded: S16's ``LINK_SLOTS``.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "LINK_SLOTS",
     "NIGHTLY_SLOTS",
     "S8_SLOTS",
     "TEST_SLOTS",
@@ -27,6 +29,8 @@ __all__ = [
 ]
 
 S8_SLOTS = 3
+LINK_SLOTS = 8
+"""Request slots S16 checks the per-slot pass against its folds at (``link``)."""
 """Request slots ``densegate prove`` proves S8 at (``per_slot.SLOTS``)."""
 TEST_SLOTS = 4
 """Request slots the test suite proves S8 at as well (``tests/test_proofs_scheduler_scale.py``)."""
@@ -38,7 +42,10 @@ _BOUND = (
     f"{S8_SLOTS} requests ({TEST_SLOTS} in the tests, {NIGHTLY_SLOTS[0]} and "
     f"{NIGHTLY_SLOTS[1]} nightly)"
 )
-_FOLDS = "the per-slot scheduler builds each phase from that step (a source test)"
+_FOLDS = (
+    "the per-slot scheduler calls that step from its own loop, and S16 checks at "
+    f"{LINK_SLOTS} requests that its pass is the folds' run"
+)
 
 
 def slot_free_scope(machine: str, facts: str, bs: int) -> str:
@@ -46,9 +53,9 @@ def slot_free_scope(machine: str, facts: str, bs: int) -> str:
     pass for any number of requests."""
     return (
         f"any number of requests, block size {bs}, {_GATE}: on the {machine}, given {facts}, "
-        "which S11-S14 prove of every pass of the per-slot scheduler for any number of "
-        "requests, by induction over its phases' per-request steps (each request as S10 "
-        f"describes it; {_FOLDS}); S8 checks them again at {S8_SLOTS} requests"
+        "which S11-S14 prove for any number of requests of the folds of per-request steps "
+        f"the per-slot scheduler's phases are built from (each request as S10 describes it; "
+        f"{_FOLDS}); S8 checks them again at {S8_SLOTS} requests"
     )
 
 
@@ -56,9 +63,9 @@ def window_scope(bs: int) -> str:
     """S6: its window facts, which S15 proves of the per-slot scheduler for any R."""
     return (
         f"any number of requests, block size {bs}, {_GATE}: on the TTFT window, given "
-        "window_facts for the tracked request, which S15 proves of every undisturbed pass "
-        "of its window in the per-slot scheduler for any number of requests, by induction "
-        "over the requests beside S14's folds (each request as S10 describes it; "
+        "window_facts for the tracked request, which S15 proves for any number of requests "
+        "of every undisturbed pass of its window as a fold beside S14's (each request as "
+        "S10 describes it; "
         f"{_FOLDS}); checked again by S8, at {S8_SLOTS} requests"
     )
 
