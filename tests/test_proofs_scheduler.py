@@ -20,7 +20,12 @@ from densegate.proofs.obligation import Obligation
 from densegate.proofs.prover import prove
 from densegate.proofs.registry import level
 from densegate.proofs.scheduler.per_slot import BLOCK_SIZE, SLOTS
-from densegate.proofs.scheduler.scopes import LINK_SLOTS, NIGHTLY_SLOTS, TEST_SLOTS
+from densegate.proofs.scheduler.scopes import (
+    LINK_SLOTS,
+    NIGHTLY_SLOTS,
+    TEST_BLOCK_SIZES,
+    TEST_SLOTS,
+)
 from densegate.spec.machine import Machine, evaluate
 from densegate.spec.scheduler import SchedulerMachine
 from tests.support.prove_run import prove_run
@@ -179,24 +184,30 @@ def test_the_tables_name_the_scope_s6_is_proved_for(
     assert "block size 2" in S6_SCOPE and "STALL valve off" in S6_SCOPE
 
 
-@pytest.mark.parametrize("block_size", [1, 16])
-def test_request_life_and_the_folds_hold_at_other_block_sizes(block_size: int) -> None:
-    """S10-S14 (and so S1-S5) are reported at block size 2; they hold at 1 and 16 too."""
+@pytest.mark.parametrize("block_size", TEST_BLOCK_SIZES)
+def test_request_life_the_folds_and_the_link_hold_at_other_block_sizes(block_size: int) -> None:
+    """S10-S16 (and so the facts S1-S6 take) are reported at block size 2; they hold at
+    1, 3 and 16 too, S16's glue twins refuted there as well."""
     from densegate.proofs.scheduler.decode_scan import decode_obligation
     from densegate.proofs.scheduler.join import join_obligation
     from densegate.proofs.scheduler.life import life_obligation
+    from densegate.proofs.scheduler.link import link_obligation
     from densegate.proofs.scheduler.tail import tail_obligation
     from densegate.proofs.scheduler.victim import victim_obligation
+    from densegate.proofs.scheduler.window_scan import window_scan_obligation
     from densegate.spec.pass_ledger import PassLedger
 
     folds = [victim_obligation(block_size), join_obligation(PassLedger(), block_size)]
-    folds.append(tail_obligation(PassLedger(), block_size))
+    folds += [tail_obligation(PassLedger(), block_size), window_scan_obligation(bs=block_size)]
     for ob in (life_obligation(block_size), decode_obligation(block_size), *folds):
         r = prove(ob)
         assert r.ok, (ob.id, block_size, r.checks, [(m.name, m.status) for m in r.mutants])
         assert r.scope is not None
         assert r.scope.startswith(f"any number of requests, block size {block_size}:")
         assert f"(block size {block_size}" in r.statement
+    r = prove(link_obligation(block_size=block_size))
+    assert r.ok and len(r.mutants) == 3, (block_size, r.checks, r.mutants)
+    assert f"block size {block_size}" in (r.scope or "") and not r.parametric
 
 
 def test_the_per_slot_machine_changes_requests_only_through_the_one_request_functions() -> None:

@@ -110,7 +110,7 @@ def _ledger_obligations() -> list[Obligation]:
             "S1",
             "no deadlock: with any request waiting or running, the pass schedules a token "
             "(on the pass ledger, for any number of requests given its facts, which S11-S14 "
-            f"prove of every per-slot pass; block size {LIFE_BLOCK_SIZE})",
+            f"prove of the per-slot pass's folds; block size {LIFE_BLOCK_SIZE})",
             _no_idle,
             "tail_escape_on_running",
             [_all_partial, _empty_queue_only],
@@ -120,7 +120,7 @@ def _ledger_obligations() -> list[Obligation]:
             "S2",
             "KV block and slot conservation: free + held = num_blocks, free >= 0, and at most "
             "max_num_seqs requests running, every pass (on the pass ledger, for any number of "
-            "requests given its facts, which S11-S14 prove of every per-slot pass; block "
+            "requests given its facts, which S11-S14 prove of the per-slot pass's folds; block "
             f"size {LIFE_BLOCK_SIZE})",
             _conserved,
             "over_reserves",

@@ -19,6 +19,7 @@ __all__ = [
     "LINK_SLOTS",
     "NIGHTLY_SLOTS",
     "S8_SLOTS",
+    "TEST_BLOCK_SIZES",
     "TEST_SLOTS",
     "decode_scope",
     "fold_scope",
@@ -30,6 +31,8 @@ __all__ = [
 
 S8_SLOTS = 3
 LINK_SLOTS = 8
+TEST_BLOCK_SIZES = (1, 3, 16)
+"""Block sizes the test suite proves S10-S16 at beside 2 (``tests/test_proofs_scheduler.py``)."""
 """Request slots S16 checks the per-slot pass against its folds at (``link``)."""
 """Request slots ``densegate prove`` proves S8 at (``per_slot.SLOTS``)."""
 TEST_SLOTS = 4
@@ -41,6 +44,11 @@ _GATE = "the gate without its STALL valve"
 _BOUND = (
     f"{S8_SLOTS} requests ({TEST_SLOTS} in the tests, {NIGHTLY_SLOTS[0]} and "
     f"{NIGHTLY_SLOTS[1]} nightly)"
+)
+_SIZES = ", ".join(str(b) for b in TEST_BLOCK_SIZES[:-1]) + f" and {TEST_BLOCK_SIZES[-1]}"
+_OTHER_SIZES = (
+    f"the machine takes no block size, and the facts hold at block sizes {_SIZES} too "
+    "(the test suite proves S10-S16 there)"
 )
 _FOLDS = (
     "the per-slot scheduler calls that step from its own loop, and S16 checks at "
@@ -55,7 +63,7 @@ def slot_free_scope(machine: str, facts: str, bs: int) -> str:
         f"any number of requests, block size {bs}, {_GATE}: on the {machine}, given {facts}, "
         "which S11-S14 prove for any number of requests of the folds of per-request steps "
         f"the per-slot scheduler's phases are built from (each request as S10 describes it; "
-        f"{_FOLDS}); S8 checks them again at {S8_SLOTS} requests"
+        f"{_FOLDS}); S8 checks them again at {S8_SLOTS} requests; {_OTHER_SIZES}"
     )
 
 
@@ -66,7 +74,7 @@ def window_scope(bs: int) -> str:
         "window_facts for the tracked request, which S15 proves for any number of requests "
         "of every undisturbed pass of its window as a fold beside S14's (each request as "
         "S10 describes it; "
-        f"{_FOLDS}); checked again by S8, at {S8_SLOTS} requests"
+        f"{_FOLDS}); checked again by S8, at {S8_SLOTS} requests; {_OTHER_SIZES}"
     )
 
 

@@ -155,7 +155,7 @@ def _summary_obligations() -> list[Obligation]:
             "S3",
             "density soundness: a DENSE fire runs >= dense_tokens prefill tokens (the gate "
             "sees min(planned, B) and a fire runs the plan; the summary, any number of "
-            f"requests given its pass facts, which S14 proves of every per-slot pass; block "
+            f"requests given its pass facts, which S14 proves of the per-slot pass's folds; block "
             f"size {LIFE_BLOCK_SIZE})",
             _dense_sound,
             broken["dense_from_queue"],
@@ -166,7 +166,8 @@ def _summary_obligations() -> list[Obligation]:
             "fitting head admitted: a head of the queue that fits in K consecutive passes is "
             "admitted by the last of them (the count restarts when it stops fitting; S6 bounds "
             "the whole wait; the summary, any number of requests given its pass facts, which "
-            f"S14 proves of every per-slot pass with S7's scan; block size {LIFE_BLOCK_SIZE})",
+            "S14 proves of the per-slot pass's folds with S7's scan; block size "
+            f"{LIFE_BLOCK_SIZE})",
             _head_admitted,
             broken["gate_budget_off_by_one"],
             _lemma,
@@ -178,7 +179,7 @@ def _summary_obligations() -> list[Obligation]:
             "prefill progress: pending prefill runs within K passes (the gate's hold bound), "
             "and a fire runs >= min(owed, cap, T-S+1) owed chunk tokens (S9's bound, carried as "
             "a pass fact; the summary, any number of requests given its pass facts, which S14 "
-            f"proves of every per-slot pass; block size {LIFE_BLOCK_SIZE})",
+            f"proves of the per-slot pass's folds; block size {LIFE_BLOCK_SIZE})",
             _progress,
             broken["gate_hold_not_counted"],
             _lemma,

@@ -19,7 +19,7 @@ from densegate.proofs.common import named_mutant
 from densegate.proofs.obligation import Mutant, Obligation, Step
 from densegate.proofs.scheduler.life import LIFE_BLOCK_SIZE, request_ok
 from densegate.proofs.scheduler.scans import SCAN_HOOKS
-from densegate.proofs.scheduler.scopes import fold_scope
+from densegate.proofs.scheduler.scopes import LINK_SLOTS, fold_scope
 from densegate.spec.machine import Vars
 from densegate.spec.pass_ledger import PassLedger
 from densegate.spec.pass_tail import PassTail
@@ -178,13 +178,14 @@ def tail_obligation(ledger: PassLedger, bs: int = LIFE_BLOCK_SIZE) -> Obligation
         id="S14",
         level="scheduler",
         statement=f"pass after the decodes (block size {bs}): over any number of requests, "
-        "the partial chunks, admission and the commit (reserve and run, then sample), run "
-        "as the per-slot scheduler runs them, one fold each, meet the pass ledger's plan, "
-        "admission and commit facts and the summary's pass facts: owed prefill gets >= "
-        "min(owed, cap, T-S+1), a head that fits is admitted by a fire, admissions stay "
-        "within free slots and blocks and stop after a preemption, the head of a quiet pass "
-        "with nothing running fits, and the commit moves blocks only between requests and "
-        "the free pool (by induction over the requests, one per step, read at the last)",
+        "the partial chunks, admission and the commit (reserve and run, then sample), run one fold "
+        f"each (S16: as the per-slot scheduler runs them, at {LINK_SLOTS} requests), meet the pass "
+        "ledger's plan, admission and commit facts and the summary's pass facts: owed "
+        "prefill gets >= min(owed, cap, T-S+1), a head that fits is admitted by a fire, "
+        "admissions stay within free slots and blocks and stop after a preemption, the head"
+        " of a quiet pass with nothing running fits, and the commit moves blocks only "
+        "between requests and the free pool (by induction over the requests, one per step, "
+        "read at the last)",
         machine=machine,
         prop=_prop,
         invariant=relation,

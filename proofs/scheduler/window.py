@@ -220,8 +220,8 @@ def _ttft_obligation() -> Obligation:
         "at headship; P: its prompt; c = min(cap, T-S+1)); a window still open after n "
         "passes has n <= K*(ceil((O+P)/c) + 1) + D, so every undisturbed window closes "
         "within the bound (on the TTFT window: any number of requests given its facts, which "
-        "S15 proves of every undisturbed pass of the window in the per-slot scheduler for "
-        f"any number of requests; block size {LIFE_BLOCK_SIZE})",
+        "S15 proves of the folds of every undisturbed pass of the window for any number of "
+        f"requests; block size {LIFE_BLOCK_SIZE})",
         machine=WINDOW,
         prop=ttft_prop,
         invariant=window_inv,

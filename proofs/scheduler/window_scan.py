@@ -278,7 +278,7 @@ def window_scan_obligation(
         statement=f"window figures (block size {bs}): over any number of requests, an "
         "undisturbed pass (none preempted, none aborted) of a tracked request's window (it "
         "has no token and waits or runs; every request before it has arrived and none waits) "
-        "run as the per-slot scheduler runs it meets the TTFT window's facts and, where the "
+        "run as PassTail runs it meets the TTFT window's facts and, where the "
         "request waits, the window's start, and leaves the request in its window while it "
         "has no token (by induction over the requests, one per step, read at each as the "
         "last); lemmas: such a pass changes a request before its prefill phase only by an "
