@@ -34,8 +34,8 @@ from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import (
     Classes,
-    NoTracing,
     admit,
+    agrees,
     fail,
     guarded,
     holds,
@@ -45,7 +45,7 @@ from densegate.proofs.refinement.symbolic import (
     term,
 )
 from densegate.spec.dp_gate import DP, reason
-from densegate.spec.machine import Frame, evaluate
+from densegate.spec.machine import evaluate
 
 __all__ = [
     "R2_CAP_MUTANTS",
@@ -151,13 +151,9 @@ def _agrees(v: Mapping[str, Any], dec: Any, nxt: tuple[Any, ...]) -> bool:
     (``agrees`` with the cap: a Decision's None is the spec's 0; the local view is 0, which
     the spec's commands never read)."""
     cap = 0 if dec.cap is None else dec.cap
-    with NoTracing():
-        p = {k: term(v[k]) for k in PARAMS}
-        s = {k: term(v[k]) for k in STATE}
-        o = {k: term(v[k]) if k in OBS else z3.IntVal(0) for k in DP.obs_sorts}
-        out = {"fire": term(dec.fire), "reason": reason(dec.reason.name), "cap": term(cap)}
-        s2 = {k: term(x) for k, x in zip(STATE, nxt, strict=True)}
-        return holds(DP.relation(p, Frame(s, o, out), s2))
+    params, state = {k: v[k] for k in PARAMS}, {k: v[k] for k in STATE}
+    obs, after = {k: v[k] for k in OBS}, dict(zip(STATE, nxt, strict=True))
+    return agrees(DP, reason, params, state, obs, dec.fire, dec.reason.name, after, {"cap": cap})
 
 
 def _check(cls: type) -> Callable[..., None]:

@@ -25,6 +25,7 @@ fewer paths.
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 import sys
 import time
@@ -44,7 +45,7 @@ from crosshair.tracers import NoTracing as _NoTracing
 from crosshair.util import NotDeterministic
 
 from densegate.proofs.refinement.branchless import installed
-from densegate.spec.machine import Frame, Machine
+from densegate.spec.machine import Frame, Machine, Vars
 
 __all__ = [
     "MAX_ITERATIONS",
@@ -148,19 +149,39 @@ def agrees(
     fire: object,
     why: str,
     nxt: Mapping[str, object],
+    more: Mapping[str, object] | None = None,
 ) -> bool:
-    """Whether the code's (fire, reason, next state) is the step the spec's relation allows.
+    """Whether the code's (fire, reason, ``more`` outputs, next state) is the step the
+    spec's relation allows.
 
     Observation entries the machine declares but ``obs`` leaves out are 0 (the
-    aligned gate's local view, which its commands never read).
+    aligned gate's local view, which its commands never read). The relation is built
+    once per machine over fresh variables and each path's terms substituted in
+    (rebuilding it on every path cost a quarter of a check's time).
     """
     with NoTracing():
-        p = {k: term(v) for k, v in params.items()}
-        s = {k: term(v) for k, v in state.items()}
-        o = {k: term(obs[k]) if k in obs else z3.IntVal(0) for k in machine.obs_sorts}
-        out = {"fire": term(fire), "reason": reason(why)}
-        n = {k: term(v) for k, v in nxt.items()}
-        return SymbolicBool(machine.relation(p, Frame(s, o, out), n))  # type: ignore[return-value]
+        rel, p, f, n = _relation(machine)
+        out = {
+            "fire": term(fire),
+            "reason": reason(why),
+            **{k: term(v) for k, v in (more or {}).items()},
+        }
+        if set(out) != set(f.out) or set(nxt) != set(n):
+            raise ValueError(f"{machine.name}: outputs {sorted(out)} or next {sorted(nxt)} "
+                             "are not the machine's")  # fmt: skip
+        pairs = [(p[k], term(v)) for k, v in params.items()]
+        pairs += [(f.state[k], term(v)) for k, v in state.items()]
+        pairs += [(f.obs[k], term(obs[k]) if k in obs else z3.IntVal(0)) for k in f.obs]
+        pairs += [(f.out[k], v) for k, v in out.items()]
+        pairs += [(n[k], term(v)) for k, v in nxt.items()]
+        return SymbolicBool(z3.substitute(rel, *pairs))  # type: ignore[return-value]
+
+
+@functools.cache
+def _relation(machine: Machine) -> tuple[z3.BoolRef, Vars, Frame, Vars]:
+    """``machine.relation`` over fresh variables, once per machine and process."""
+    p, f, n = machine.params("rel"), machine.frame("rel"), machine.state("rel-next")
+    return machine.relation(p, f, n), p, f, n
 
 
 def pinned(values: Mapping[str, object], at: Mapping[str, object]) -> bool:
