@@ -22,7 +22,13 @@ import z3
 
 from densegate.spec.machine import Command, Machine, Vars
 from densegate.spec.scheduler import SchedulerMachine
-from densegate.spec.scheduler_request import RUNNING, Req, decodes, needs_block, preempt, take_block
+from densegate.spec.scheduler_request import (
+    RUNNING,
+    Req,
+    preempt,
+    take_block,
+    turn,
+)
 
 __all__ = ["DecodeScan", "RequestOk"]
 
@@ -101,15 +107,14 @@ class DecodeScan(Machine):
         m, r, P = self.m, self._req(o), o["P"]
         was_running = r.st == RUNNING
         free = s["free"]
-        dec = decodes(r, P)
-        grow = z3.And(dec, needs_block(r, P, m.bs))
-        short = z3.And(grow, free == 0)
+        t = turn(r, P, m.bs)
+        short = t.short(free)
         other = s["rest_run"] >= 2  # a running request after this one: the newest is the victim
         self_victim = z3.And(short, z3.Not(other))
         other_victim = z3.And(short, other)
         free = z3.If(other_victim, free + m.preempt_frees(o["vb"]), free)
         r2, free = preempt(r, free, self_victim, m.preempt_frees)
-        r2, free, dec = take_block(r2, free, dec=dec, grow=grow)
+        r2, free, dec = take_block(r2, free, t)
         still = r2.st == RUNNING
         victims = z3.If(short, 1, 0)
         nxt = {

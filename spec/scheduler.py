@@ -42,13 +42,12 @@ from densegate.spec.scheduler_request import (
     RUNNING,
     WAITING,
     Req,
-    decodes,
     end_or_join,
-    needs_block,
     owed,
     reserve_and_run,
     sample,
     take_block,
+    turn,
 )
 from densegate.spec.scheduler_scan import admit_start, admit_step, partial_step
 from densegate.spec.victim_search import Search, search_start, search_step
@@ -277,15 +276,14 @@ class SchedulerMachine(Machine):
         decoding: list[z3.BoolRef] = []
         preempted: z3.ArithRef = z3.IntVal(0)
         for i in range(R):
-            dec = decodes(reqs[i], P[i])
-            grow = z3.And(dec, needs_block(reqs[i], P[i], bs))
-            short = z3.And(grow, free == 0)
+            t = turn(reqs[i], P[i], bs)
+            short = t.short(free)
             # the victim search: a fold of ``victim_step`` from the last slot back to i
             search = search_start(free)
             for j in reversed(range(i, R)):
                 search, reqs[j], _ = self.victim_step(search, reqs[j], z3.IntVal(j), short)
             free, preempted = search.free, preempted + search.victims
-            reqs[i], free, dec = take_block(reqs[i], free, dec=dec, grow=grow)
+            reqs[i], free, dec = take_block(reqs[i], free, t)
             decoding.append(dec)
         st, c, g, b = ([getattr(r, k) for r in reqs] for k in _SLOT_STATE)
         d = count_true(decoding)

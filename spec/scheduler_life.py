@@ -32,14 +32,13 @@ from densegate.spec.scheduler_request import (
     RUNNING,
     WAITING,
     Req,
-    decodes,
     end_or_join,
-    needs_block,
     owed,
     preempt,
     reserve_and_run,
     sample,
     take_block,
+    turn,
 )
 from densegate.spec.scheduler_scan import AdmitScan, admit_step, partial_step
 
@@ -92,10 +91,9 @@ class RequestLife(Machine):
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
         m, P, M = self.m, p["P0"], p["M0"]
         r, free = self._joined(s, o)
-        dec = decodes(r, P)
-        grow = z3.And(dec, needs_block(r, P, m.bs))
+        t = turn(r, P, m.bs)
         r, free = preempt(r, free, o["victim"], m.preempt_frees)
-        r, free, dec = take_block(r, free, dec=dec, grow=grow)
+        r, free, dec = take_block(r, free, t)
         _, n_partial = partial_step(m.partial_chunk, o["budget"], owed(r, P, dec), p["cap"])
         acc = AdmitScan(o["slots"], o["abudget"], o["spare"], o["planned"],
                         *[o[k] for k in _ACC_BOOLS])  # fmt: skip

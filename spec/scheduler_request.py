@@ -26,6 +26,7 @@ __all__ = [
     "RUNNING",
     "WAITING",
     "Req",
+    "Turn",
     "decodes",
     "end_or_join",
     "needs_block",
@@ -34,6 +35,7 @@ __all__ = [
     "reserve_and_run",
     "sample",
     "take_block",
+    "turn",
 ]
 
 NOT_ARRIVED, WAITING, RUNNING, FINISHED, ABORTED = range(5)
@@ -79,12 +81,30 @@ def preempt(
     return nxt, z3.If(victim, free + frees(r.b), free)
 
 
-def take_block(
-    r: Req, free: Free, *, dec: z3.BoolRef, grow: z3.BoolRef
-) -> tuple[Req, Free, z3.BoolRef]:
+@dataclass(frozen=True)
+class Turn:
+    """A decode turn as read off the request when the turn starts: whether it decodes and
+    whether that decode needs a block (the one place these are defined; every machine and
+    lemma about a decode turn reads them from here)."""
+
+    dec: z3.BoolRef
+    grow: z3.BoolRef
+
+    def short(self, free: Free) -> z3.BoolRef:
+        """Short of a block: it needs one and none is free (so something is preempted)."""
+        return z3.And(self.grow, free == 0)
+
+
+def turn(r: Req, prompt: z3.ArithRef, block_size: int) -> Turn:
+    """Step 1: the request's decode turn, before any preemption it causes."""
+    dec = decodes(r, prompt)
+    return Turn(dec, z3.And(dec, needs_block(r, prompt, block_size)))
+
+
+def take_block(r: Req, free: Free, t: Turn) -> tuple[Req, Free, z3.BoolRef]:
     """Step 1, its own turn: still running, it decodes, taking a block if it needs one."""
-    dec = z3.And(dec, r.st == RUNNING)
-    take = z3.And(dec, grow)
+    dec = z3.And(t.dec, r.st == RUNNING)
+    take = z3.And(dec, t.grow)
     return Req(r.st, r.c, r.g, z3.If(take, r.b + 1, r.b)), z3.If(take, free - 1, free), dec
 
 

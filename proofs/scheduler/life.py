@@ -26,10 +26,9 @@ from densegate.spec.scheduler_request import (
     RUNNING,
     WAITING,
     Req,
-    decodes,
-    needs_block,
     preempt,
     take_block,
+    turn,
 )
 
 __all__ = [
@@ -135,12 +134,8 @@ def preempted_early_is_life(m: SchedulerMachine) -> z3.BoolRef:
     r = Req(*z3.Ints("st c g b"))
     P, free, at_turn = z3.Ints("P free free_at_turn")
     early, _ = preempt(r, free, z3.BoolVal(True), m.preempt_frees)
-    dec_slot = decodes(early, P)
-    per_slot = take_block(
-        early, at_turn, dec=dec_slot, grow=z3.And(dec_slot, needs_block(early, P, m.bs))
-    )
-    dec_life = decodes(r, P)
-    life = take_block(early, at_turn, dec=dec_life, grow=z3.And(dec_life, needs_block(r, P, m.bs)))
+    per_slot = take_block(early, at_turn, turn(early, P, m.bs))
+    life = take_block(early, at_turn, turn(r, P, m.bs))
     same = z3.And(*[getattr(per_slot[0], k) == getattr(life[0], k) for k in ("st", "c", "g", "b")])
     return z3.And(same, per_slot[1] == life[1], z3.Not(per_slot[2]), z3.Not(life[2]))
 

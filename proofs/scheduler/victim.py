@@ -36,8 +36,8 @@ from densegate.spec.scheduler_request import (
     WAITING,
     Req,
     decodes,
-    needs_block,
     take_block,
+    turn,
 )
 from densegate.spec.victim_search import Search, VictimSearch
 
@@ -149,12 +149,11 @@ def turn_is_a_scan_step(m: SchedulerMachine) -> z3.BoolRef:
     r, P = Req(req["st"], req["c"], req["g"], req["b"]), req["P"]
     N = z3.Int("N@turn")
     # the turn, as ``SchedulerMachine._plan`` runs it
-    dec = decodes(r, P)
-    grow = z3.And(dec, needs_block(r, P, m.bs))
-    short = z3.And(grow, p["free0"] == 0)
+    t = turn(r, P, m.bs)
+    short = t.short(p["free0"])
     acc = Search(e["free"], e["later"], e["victims"])
     done, r2, _ = m.victim_step(acc, r, i, short)
-    r3, free3, dec3 = take_block(r2, done.free, dec=dec, grow=grow)
+    r3, free3, dec3 = take_block(r2, done.free, t)
     # the same turn as a step of the decode scan
     sp = {"N": N, "run0": z3.Int("run0@turn"), "wait0": z3.Int("wait0@turn")}
     ss = scan.state("turn")

@@ -39,13 +39,12 @@ from densegate.spec.scheduler_request import (
     RUNNING,
     WAITING,
     Req,
-    decodes,
     end_or_join,
-    needs_block,
     owed,
     reserve_and_run,
     sample,
     take_block,
+    turn,
 )
 from densegate.spec.scheduler_scan import AdmitScan, admit_step, partial_step
 from densegate.spec.scheduler_summary import chunk_room
@@ -180,8 +179,7 @@ def undisturbed_is_figures(m: SchedulerMachine) -> z3.BoolRef:
     acc = Search(z3.Int("sf@u"), z3.Bool("later@u"), z3.Int("victims@u"))
     r0, f0 = end_or_join(r, free, abort=z3.BoolVal(False), arrive=arrive)
     nxt, r1, victim = m.victim_step(acc, r0, slot, z3.BoolVal(False))
-    dec = decodes(r1, P)
-    r2, _, _ = take_block(r1, f0, dec=dec, grow=z3.And(dec, needs_block(r1, P, m.bs)))
+    r2, _, _ = take_block(r1, f0, turn(r1, P, m.bs))
     st = z3.If(arrive, WAITING, r.st)
     return z3.Implies(
         z3.Implies(arrive, r.st == NOT_ARRIVED),
@@ -200,8 +198,7 @@ def arrival_only(m: SchedulerMachine) -> z3.BoolRef:
     acc = Search(z3.Int("sf@a"), z3.Bool("later@a"), z3.Int("victims@a"))
     r0, f0 = end_or_join(r, free, abort=abort, arrive=arrive)
     _, r1, _ = m.victim_step(acc, r0, slot, short)
-    dec = decodes(r1, P)
-    r2, _, dec2 = take_block(r1, f0, dec=dec, grow=z3.And(dec, needs_block(r1, P, m.bs)))
+    r2, _, dec2 = take_block(r1, f0, turn(r1, P, m.bs))
     _, n = partial_step(m.partial_chunk, budget, owed(r2, P, dec2), cap)
     adm = AdmitScan(*z3.Ints("sl@a ab@a sp@a pl@a"), *z3.Bools("sto@a sw@a hf@a ha@a"))
     _, ok, n_admit = admit_step(
