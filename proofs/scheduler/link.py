@@ -4,8 +4,8 @@ S13 and S14 prove their facts of ``JoinScan`` and ``PassTail`` for any number of
 requests; the per-slot machine (the one S8 and R3 run) builds the same phases with
 its own loops and its own glue between them (the budget ``T - d``, the decode count,
 which slots each loop visits, what the commit is handed). S16 ties the two
-semantically: for every parameter value, state and observation of the per-slot
-machine at ``LINK_SLOTS`` request slots, one pass leaves exactly what the folds leave
+semantically: for every admitted parameter value and observation and every state of
+the per-slot machine at ``LINK_SLOTS`` request slots, one pass leaves what the folds leave
 when run over its requests, one per step, with the lemmas' readings (S14: the decode
 totals ``d_t``, ``ow_t``, ``run1_t`` are the folds' own sums, the later folds start
 where the earlier ones end, ``fire`` is the gate's decision on the pass): every
@@ -261,7 +261,8 @@ def link_obligation(slots: int = LINK_SLOTS, block_size: int = LIFE_BLOCK_SIZE) 
         trigger_names=list(_TRIGGERS),
         readable=_readable,
         scope=f"{slots} request slots (a run of fewer: the rest never arrive), block size "
-        f"{block_size}, every parameter value, state and observation (reachable or not); "
+        f"{block_size}, every parameter value and observation the machine admits and every "
+        "state (reachable or not); "
         "the decode phase is tied by S11-S12 instead",
     )
 
