@@ -143,9 +143,13 @@ LEVELS: tuple[Level, ...] = (
     Level(
         "refinement-scheduler",
         "the shipped Scheduler plans as the spec scheduler (R3), every path at 2 requests, "
-        "block size 2",
-        ("R3",),
-        (Source("densegate.proofs.refinement.obligations", "SCHEDULER_REFINEMENT_OBLIGATIONS"),),
+        "block size 2, and runs as it on fixed traces at 8 and 12 requests, block sizes 1, 3, "
+        "5, 16 (R4)",
+        ("R3", "R4"),
+        (
+            Source("densegate.proofs.refinement.obligations", "SCHEDULER_REFINEMENT_OBLIGATIONS"),
+            Source("densegate.proofs.refinement.scheduler_wide", "WIDE_OBLIGATIONS"),
+        ),
     ),
 )
 """Every level, in report order (``densegate prove`` with no ``--level`` proves them all)."""

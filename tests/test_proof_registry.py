@@ -17,6 +17,7 @@ import pytest
 from densegate.cli.main import main
 from densegate.proofs.obligation import Obligation
 from densegate.proofs.plan import tasks
+from densegate.proofs.refinement.scheduler_wide import TraceRefinement
 from densegate.proofs.registry import LEVELS, Level, RegistryError, level, obligations
 from densegate.proofs.workers import prove_all
 from tests.support.prove_run import prove_run
@@ -61,7 +62,12 @@ def test_proved_and_every_mutant_refuted_with_a_trace(
         assert names[:3] == ["initiation", "consecution", "property"], names
         _assert_not_vacuous_model(o, ob)
     else:
-        assert all(c["name"].endswith(": every path") for c in o["checks"]), o["checks"]
+        # symbolic execution explores every path; R4 runs every one of its fixed traces
+        how = ": every trace" if isinstance(ob, TraceRefinement) else ": every path"
+        assert all(c["name"].endswith(how) for c in o["checks"]), o["checks"]
+        assert isinstance(ob, TraceRefinement) == (
+            o["parametric"] is False and "traces" in (o["bound"] or "")
+        )
         _assert_every_class_reached(o, ob)
     # every mutant the obligation carries ran, and each was refuted by a real trace
     assert o["mutants"], "an obligation with no broken variant shows nothing it catches"
