@@ -128,8 +128,9 @@ def assert_lockstep_catches(
     impl: types.ModuleType,
     run_settings: settings,
     raises: type[BaseException] | tuple[type[BaseException], ...],
-) -> None:
-    """``lockstep`` driving ``impl`` fails with ``raises`` and a shrunk, replayable run."""
+) -> str:
+    """``lockstep`` driving ``impl`` fails with ``raises`` and a shrunk, replayable run,
+    which it returns (Hypothesis's notes: the steps, then the error)."""
     machine: Any = type("MutantLockstep", (lockstep,), {"impl": impl})
     with pytest.raises(raises) as info:
         run_state_machine_as_test(machine, settings=run_settings)
@@ -137,6 +138,7 @@ def assert_lockstep_catches(
     assert "state = MutantLockstep()" in notes and "state.setup(" in notes, (
         f"not a shrunk lockstep failure: {info.value!r}\n{notes}"
     )
+    return f"{notes}\n{type(info.value).__name__}: {info.value}"
 
 
 def assert_lockstep_passes(
