@@ -165,9 +165,16 @@ def render_trace(trace: Trace) -> Table:
 
 
 def _print_wide(console: Console, table: Table) -> None:
-    """Traces are read across: never squeeze a row to the terminal's width."""
+    """Traces are read across: never squeeze a row to the terminal's width. Rich caps a
+    print's width at its console's, so a trace wider than that (a scheduler trace of 8 or
+    12 requests: R4's) is printed by a console of its own width, to the same file."""
     need = sum(c.min_width or 0 for c in table.columns) + 3 * len(table.columns)
-    console.print(table, width=max(console.width, need), crop=False)
+    if need > console.width:
+        console = Console(
+            file=console.file, width=need, force_terminal=console.is_terminal,
+            no_color=console.no_color,
+        )  # fmt: skip
+    console.print(table, crop=False)
 
 
 def print_report(

@@ -130,3 +130,21 @@ def test_r4_is_vacuous_when_a_class_it_names_is_never_reached() -> None:
     r = dataclasses.replace(R4, classes={**R4.classes, **never}, mutants=()).prove()
     assert r.status == "vacuous" and not r.ok
     assert {c.name for c in r.coverage if not c.ok} == {"nine running at once"}
+
+
+def test_a_trace_wider_than_the_console_is_printed_whole() -> None:
+    """R4's traces (8 and 12 requests a row) are wider than a terminal: every column of
+    every row is printed in full, none squeezed to nothing."""
+    import io
+
+    from rich.console import Console
+
+    from densegate.proofs.report import _print_wide, render_trace
+    from densegate.proofs.results import Trace
+
+    row = {"pass": 0, "arrive": "0,1,2,3,4,5,6,7", "requests": "R1/1b1 " * 12, "code": "x" * 150}
+    out = io.StringIO()
+    _print_wide(Console(file=out, width=80), render_trace(Trace({"S": 8}, [row], "why")))
+    text = out.getvalue()
+    assert all(key in text for key in row), text
+    assert "0,1,2,3,4,5,6,7" in text and "x" * 150 in text and "R1/1b1 " * 11 in text
