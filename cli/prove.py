@@ -21,7 +21,8 @@ from typing import Any
 from densegate.cli.flag_types import count
 
 HELP = (
-    "prove every obligation in its stated scope (the report's scope column: all parameters, "
+    "prove every obligation of the default levels (--all: of every level) in its stated "
+    "scope (the report's scope column: all parameters, "
     "or which parameters it fixes or the bound it is checked to), show it is not vacuous "
     "(the report's non-vacuity column), and refute each of its broken variants with a trace"
 )
@@ -33,7 +34,10 @@ def _levels_help() -> str:
         from densegate.proofs.registry import LEVELS
     except ModuleNotFoundError as e:  # no z3: the levels cannot be loaded
         return f"only this level; repeatable ({e})"
-    listed = "; ".join(f"{lv.name}: {lv.summary}" for lv in LEVELS)
+    listed = "; ".join(
+        f"{lv.name}{'' if lv.default else ' (not in the default run)'}: {lv.summary}"
+        for lv in LEVELS
+    )
     return f"only this level; repeatable. Levels: {listed}"
 
 
@@ -46,6 +50,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the summary and what was not proved",
     )
     p.add_argument("--level", action="append", metavar="LEVEL", help=_levels_help())
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every level (without --level or --all: the default levels, a run kept under "
+        "10 s on an idle 2-core machine)",
+    )
     p.add_argument("--only", metavar="IDS", help="comma-separated obligation ids, e.g. P1,P3")
     p.add_argument(
         "--traces", action="store_true", help="print every mutant's counterexample trace"
@@ -116,12 +126,19 @@ def summary_lines(results: Sequence[Any], seconds: float) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from densegate.proofs.registry import LEVELS, RegistryError, level
+    from densegate.proofs.registry import LEVELS, RegistryError, default_levels, level
     from densegate.proofs.report import print_report, to_json
     from densegate.proofs.workers import prove_all
 
+    if args.all and args.level:
+        print("densegate prove: --all and --level exclude each other", file=sys.stderr)
+        return 2
     why = unknown("level", args.level or [], [lv.name for lv in LEVELS])
-    levels = [level(name) for name in args.level] if args.level and why is None else list(LEVELS)
+    if args.level and why is None:
+        levels = [level(name) for name in args.level]
+    else:  # --only picks its ids from every level
+        levels = list(LEVELS) if args.all or args.only else default_levels()
+    left_out = [lv for lv in LEVELS if lv not in levels] if not args.level else []
     try:
         work = [(lv, ob) for lv in levels for ob in lv.obligations()]
     except RegistryError as e:  # the registry and its modules disagree: a bug, not input
@@ -147,6 +164,9 @@ def main(args: argparse.Namespace) -> int:
     elif failed:  # what was not proved, in full: its row, its failed checks, its traces
         print_report(failed, seconds, console, traces=False)
     print("\n".join(summary_lines(results, seconds)))
+    for lv in left_out if not args.only else []:
+        ids = ", ".join(lv.ids)
+        print(f"(not in this run: {lv.name} ({ids}), {lv.summary}: densegate prove --all)")
     if not (args.verbose or args.traces):
         print("(every obligation's row: densegate prove --verbose; as JSON: --json)")
     return 0 if not failed else 1

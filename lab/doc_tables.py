@@ -348,7 +348,7 @@ def _proofs(args: list[str]) -> str:
 
 def _proof_levels(args: list[str]) -> str:
     """The proof registry's levels: name (``densegate prove --level NAME``), what each
-    proves and how many obligations it holds."""
+    proves, how many obligations it holds and whether the default run proves it."""
     from densegate.proofs import registry
 
     if args:
@@ -356,8 +356,9 @@ def _proof_levels(args: list[str]) -> str:
     rows = []
     for lv in registry.LEVELS:
         ids = list(getattr(lv, "ids", ()))
-        rows.append([f"`{lv.name}`", str(getattr(lv, "summary", "")), str(len(ids))])
-    return _md(["level", "what it proves", "obligations"], rows, right=1)
+        default = "yes" if lv.default else "no (`--all`)"
+        rows.append([f"`{lv.name}`", str(lv.summary), default, str(len(ids))])
+    return _md(["level", "what it proves", "default run", "obligations"], rows, right=1)
 
 
 def _bench_src(a: list[str]) -> list[str]:

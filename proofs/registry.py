@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from densegate.proofs.obligation import Provable
 
-__all__ = ["LEVELS", "Level", "RegistryError", "Source", "level", "obligations"]
+__all__ = [
+    "LEVELS",
+    "Level",
+    "RegistryError",
+    "Source",
+    "default_levels",
+    "level",
+    "obligations",
+]
 
 
 class RegistryError(ValueError):
@@ -58,6 +66,10 @@ class Level:
     ids: tuple[str, ...]
     """The obligations it proves, in report order."""
     sources: tuple[Source, ...]
+    default: bool = True
+    """Whether ``densegate prove`` with no ``--level`` proves it (``--all``: every level).
+    The default run is kept under 10 s on an idle 2-core machine
+    (``benchmarks/prove_time.py``); a level whose checks cost seconds a path is not in it."""
 
     def obligations(self) -> list[Provable]:
         """The level's obligations in ``ids`` order, checked against the registry."""
@@ -150,9 +162,11 @@ LEVELS: tuple[Level, ...] = (
             Source("densegate.proofs.refinement.obligations", "SCHEDULER_REFINEMENT_OBLIGATIONS"),
             Source("densegate.proofs.refinement.scheduler_wide", "WIDE_OBLIGATIONS"),
         ),
+        default=False,
     ),
 )
-"""Every level, in report order (``densegate prove`` with no ``--level`` proves them all)."""
+"""Every level, in report order (``densegate prove --all`` proves them all; with no
+``--level``, the ``default`` ones)."""
 
 
 def level(name: str) -> Level:
@@ -160,6 +174,11 @@ def level(name: str) -> Level:
         if lv.name == name:
             return lv
     raise RegistryError(f"unknown proof level {name!r}; known: {[lv.name for lv in LEVELS]}")
+
+
+def default_levels() -> list[Level]:
+    """The levels ``densegate prove`` proves with no ``--level`` and no ``--all``."""
+    return [lv for lv in LEVELS if lv.default]
 
 
 def obligations(levels: Sequence[str] | None = None) -> list[Provable]:

@@ -149,9 +149,40 @@ def test_the_summaries_name_the_scopes_the_obligations_are_proved_at() -> None:
 def test_help_lists_every_level_from_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["prove", "--help"])
-    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    text = " ".join(capsys.readouterr().out.split()).replace("- ", "-")  # argparse wraps
     for lv in LEVELS:
-        assert f"{lv.name}: {lv.summary}" in text.replace("- ", "-"), lv.name
+        left_out = "" if lv.default else " (not in the default run)"
+        assert f"{lv.name}{left_out}: {lv.summary}" in text, lv.name
+
+
+def test_the_default_run_leaves_out_only_the_levels_marked_so_and_says_which(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No ``--level``: the default levels, and a line per level left out; ``--all``: every
+    level; ``--only`` finds its ids in any level. (The registry's levels are swapped for
+    two quick ones so the test proves little.)"""
+    from dataclasses import replace
+
+    from densegate.proofs import registry
+
+    gate = registry.level("gate")
+    p1 = [o for o in gate.obligations() if o.id == "P1"]
+    quick = replace(gate, ids=("P1",))
+    off = replace(quick, name="gate-again", default=False)
+    monkeypatch.setattr(registry, "LEVELS", (quick, off))
+    monkeypatch.setattr(Level, "obligations", lambda lv: [replace(p1[0], level=lv.name)])
+    assert [lv.name for lv in registry.default_levels()] == ["gate"]
+    assert main(["prove", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "1/1 obligations in 1 level" in out, out
+    assert "(not in this run: gate-again (P1)" in out and "densegate prove --all)" in out, out
+    assert main(["prove", "--jobs", "1", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "2/2 obligations in 2 levels" in out and "not in this run" not in out, out
+    assert main(["prove", "--all", "--level", "gate"]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "densegate prove: --all and --level exclude each other"
+    )
 
 
 def test_unknown_level_is_one_line_naming_the_closest(capsys: pytest.CaptureFixture[str]) -> None:

@@ -47,7 +47,7 @@ def _densegate() -> str:
 
 @functools.cache
 def prove_run() -> ProveRun:
-    argv = [_densegate(), "prove", "--json"]
+    argv = [_densegate(), "prove", "--all", "--json"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_S)
     try:
         doc = json.loads(proc.stdout)
