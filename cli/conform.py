@@ -5,10 +5,11 @@ violated property (sampled: evidence); ``--prove`` checks the same properties
 symbolically instead (proved, refuted with a run, out of reach, or vacuous, per property);
 ``densegate conform --policies legacy,original,densegate``
 (the default without a target) prints which property each shipped policy
-violates, as one table, then the runs. ``--prove --aligned module:factory`` judges an
-aligned (data-parallel) gate, ``factory(AlignedGateConfig, world_size)``, paced mode and
-its cap included (``densegate.proofs.dp_paced_conform``). Exit status 1 on any
-violation, 2 on a usage error.
+violates, as one table, then the runs. ``--aligned module:factory`` judges an aligned
+(data-parallel) gate, ``factory(AlignedGateConfig, world_size)``, against the dp spec:
+sampled (D1-D10 and agreement, ``densegate.testing.check_aligned_gate``) or, with
+``--prove``, symbolically (agreement, D9 and D10, ``densegate.proofs.dp_paced_conform``).
+Exit status 1 on any violation, 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "target",
         nargs="?",
         metavar="MODULE:FACTORY",
-        help="a callable taking a GateConfig and returning a fresh gate, e.g. mypkg.sched:MyGate",
+        help="a callable taking a GateConfig and returning a fresh gate, e.g. mypkg.sched:MyGate "
+        "(with --aligned: an AlignedGateConfig and the world size)",
     )
     p.add_argument(
         "--policies",
@@ -106,10 +108,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--aligned",
         action="store_true",
-        help="with --prove: the target is an aligned (data-parallel) gate, "
-        "factory(AlignedGateConfig, world_size), judged against the dp spec (agreement, "
-        "decision, reason, cap and counter; D9 and D10, the paced mode's), paced mode on "
-        "and off",
+        help="the target is an aligned (data-parallel) gate, factory(AlignedGateConfig, "
+        "world_size), judged against the dp spec: sampled over 1-8 ranks and every valve and "
+        "mode (D1-D10 and agreement), or with --prove symbolically (agreement: decision, "
+        "reason, cap and counter; D9 and D10, the paced mode's)",
     )
     p.add_argument(
         "--seed",
@@ -220,6 +222,27 @@ def _prove_aligned(args: argparse.Namespace, usage: Callable[[str], int]) -> int
     return 0 if report.proved else 1
 
 
+def _check_aligned(
+    args: argparse.Namespace, usage: Callable[[str], int], kw: dict[str, Any]
+) -> int:
+    """``--aligned`` (sampled): an aligned gate's verdicts, D1-D10 and agreement, each
+    violation with its own shrunk run."""
+    from densegate.testing.aligned import check_aligned_gate
+
+    if args.target is None or args.policies is not None:
+        return usage("--aligned needs a target (module:factory) and no --policies")
+    try:
+        factory = _load(args.target, aligned=True)
+    except (ImportError, AttributeError, ValueError) as e:
+        return usage(f"cannot load {args.target}: {e}")
+    try:
+        report = check_aligned_gate(factory, name=args.target, **kw)
+    except TypeError as e:
+        return usage(str(e))
+    print(json.dumps(report.to_json()) if args.json else report.format())
+    return 0 if report.conforms else 1
+
+
 def _policy_names(values: list[str] | None, shipped: list[str]) -> list[str]:
     """``--policies a b`` and ``--policies a,b`` both work; none given, or ``all``, means all."""
     names = [s.strip() for v in values or ["all"] for s in v.split(",") if s.strip()]
@@ -244,10 +267,10 @@ def _main(args: argparse.Namespace) -> int:
         return _prove(args, usage)
     if args.passes is not None:
         return usage("--passes needs --prove")
-    if args.aligned:
-        return usage("--aligned needs --prove (the sampled kit judges single-rank gates)")
     n = DEFAULT_MAX_EXAMPLES if args.max_examples is None else args.max_examples
     kw: dict[str, Any] = {"max_examples": n, "seed": args.seed}
+    if args.aligned:
+        return _check_aligned(args, usage, kw)
 
     if args.target is not None:
         if args.policies is not None:

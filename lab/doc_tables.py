@@ -283,21 +283,21 @@ def _tune(args: list[str]) -> str:
 
 
 def _conform(args: list[str]) -> str:
-    """The verdict of every property per policy, ``densegate conform ARGS --json``
-    (derandomized; exit status 1 when a policy violates one, as the shipped ones do)."""
+    """The verdict of every property per policy, or of one target, ``densegate conform ARGS
+    --json`` (derandomized; exit status 1 when a policy violates one, as the shipped ones do)."""
     import json
 
     doc = json.loads(cli_output(["conform", *args, "--json"], ok=(0, 1)))
-    pols = doc["policies"]
-    ids = [p["id"] for p in pols[0]["properties"]]
-    labels = {p["id"]: p["title"] for p in pols[0]["properties"]}
+    pols = doc.get("policies", [doc])  # one target: its report, with the statements
+    props, stated = {p["id"]: p for p in pols[0]["properties"]}, ["statement"] * (len(pols) == 1)
     verdict = {(q["target"], p["id"]): p["status"] for q in pols for p in q["properties"]}
     rows = []
-    for pid in ids:
-        label = labels[pid] if pid == "agreement" else f"{pid} {labels[pid]}"
+    for pid, p in props.items():
+        label = p["title"] if pid == "agreement" else f"{pid} {p['title']}"
         cells = [verdict[(q["target"], pid)] for q in pols]
-        rows.append([label, *(c if c == "held" else c.upper() for c in cells)])
-    return _md(["property", *(q["target"] for q in pols)], rows)
+        head = [label, *(p[k] for k in stated)]
+        rows.append([*head, *(c if c == "held" else c.upper() for c in cells)])
+    return _md(["property", *stated, *(q["target"] for q in pols)], rows)
 
 
 def _ids(args: list[str]) -> list[str]:

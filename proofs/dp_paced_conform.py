@@ -23,7 +23,8 @@ Each property is one symbolic question per path:
 
 Verdicts as in ``--prove`` for single-rank gates: ``proved`` (bounded in ticks only),
 ``refuted`` with the run, replayed concretely on the gate beside the spec's evaluator
-(which must show the same property broken), ``out of reach`` with the reason, or
+through the sampled aligned kit's own judges (``densegate.testing.aligned_driver``, which
+must show the same property broken), ``out of reach`` with the reason, or
 ``vacuous`` (the precondition admits nothing, no path got past it, or a class (gate on,
 gate off, paced mode on, paced mode off) no explored path reached).
 """
@@ -53,9 +54,10 @@ from densegate.proofs.refinement.symbolic import (
     reached,
     term,
 )
-from densegate.spec.dp_gate import DP, LOCAL, reason
-from densegate.spec.machine import Command, evaluate
-from densegate.spec.properties import Property
+from densegate.spec.dp_gate import DP, reason
+from densegate.spec.machine import Command
+from densegate.testing.aligned_driver import ALIGNED_PROPERTIES, AlignedDriver, AlignedFactory
+from densegate.testing.aligned_strategies import AlignedRun
 
 __all__ = [
     "ALIGNED_CLASSES",
@@ -65,29 +67,9 @@ __all__ = [
     "prove_aligned_conforms",
 ]
 
-AlignedFactory = Callable[[AlignedGateConfig, int], Any]
-"""``factory(config, world_size)``: a fresh aligned gate."""
-
 ALIGNED_IDS = ("agreement", "D9", "D10")
-_PROPS = {
-    "agreement": Property(
-        "agreement",
-        "agreement with spec",
-        "agreement: decision, reason, cap and counter equal the dp spec's on every tick",
-    ),
-    "D9": Property(
-        "D9",
-        "paced never holds",
-        "paced mode never holds: with it on, every tick FIREs (so no HOLD while work waits) "
-        "and never ALIGNED, STALL or BUDGET; PACED only with it on",
-    ),
-    "D10": Property(
-        "D10",
-        "paced cap",
-        "paced cap: Decision.cap is pace_tokens on a PACED fire and None on every other "
-        "decision; a tick where every rank waits and the fill reaches T*N is uncapped",
-    ),
-}
+_PROPS = {p.id: p for p in ALIGNED_PROPERTIES if p.id in ALIGNED_IDS}
+"""Worded as the sampled aligned kit words them: one table, ``ALIGNED_PROPERTIES``."""
 PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp")
 _BOOLS = ("kv", "enabled", "al", "pc")
 _OBS = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va", "t")
@@ -208,31 +190,22 @@ def _check(factory: AlignedFactory, pid: str, ticks: int) -> Callable[..., None]
 
 
 def _flags(factory: AlignedFactory, run: Mapping[str, Any], ticks: int) -> dict[str, str]:
-    """The run replayed concretely on the gate and the spec's evaluator: each property it
-    breaks, with the first tick that does."""
-    flags: dict[str, str] = {}
+    """The run replayed concretely through the sampled aligned kit's own judges (the gate
+    beside the spec's evaluator): each property it breaks, with the first tick that does.
+    A gate that raises or returns a malformed decision breaks all three."""
+    driver = AlignedDriver(factory)
     try:
-        steps = _drive(factory, run, ticks)
-    except Exception as e:
-        return {pid: f"raised {type(e).__name__}: {e}" for pid in ALIGNED_IDS}
-    p = {k: run[k] for k in PARAMS} | {"cmin": 1, "cmax": run["Cp"]}
-    state = {"h": 0, "q": 0, "g": 0}
-    for i, (fire, why, cap, h2) in enumerate(steps):
-        o = {k: run[f"{k}{i}"] for k in _OBS} | dict.fromkeys(LOCAL, 0)
-        _, out, state = evaluate(DP, p, state, o)
-        got = (fire, why, cap or 0, h2)
-        want = (out["fire"], out["reason"], out["cap"], state["h"])
-        code = f"{'FIRE' if fire else 'HOLD'} {why} cap={cap} hold_passes={h2}"
-        if got != want:
-            flags.setdefault("agreement", f"tick {i + 1}: {code}, spec {want}")
-        if (run["pc"] and (not fire or why in ("ALIGNED", "STALL", "BUDGET"))) or (
-            why == "PACED" and not run["pc"]
-        ):
-            flags.setdefault("D9", f"tick {i + 1}: {code} with pc={run['pc']}")
-        dense = o["W"] == run["N"] and o["F"] >= run["T"] * run["N"]
-        if (cap or 0) != (run["Cp"] if why == "PACED" else 0) or (dense and cap is not None):
-            flags.setdefault("D10", f"tick {i + 1}: {code}, pace_tokens={run['Cp']}")
-    return flags
+        steps = tuple(
+            (ReducedObservation(run["N"], *(run[f"{k}{i}"] for k in _OBS[:-1])), run[f"t{i}"])
+            for i in range(ticks)
+        )
+        replay = AlignedRun(_config(run), run["N"], steps)
+        first = driver.outcome(replay).first
+    except Exception as e:  # a config or vector the shipped constructors refuse
+        return {pid: f"replay raised {type(e).__name__}: {e}" for pid in ALIGNED_IDS}
+    if replay in driver.broken:
+        return dict.fromkeys(ALIGNED_IDS, driver.broken[replay])
+    return {pid: f"tick {at + 1}: {msg}" for pid, (at, msg) in first.items() if pid in _PROPS}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@
 with the spec), whether the gates ``factory(GateConfig)`` builds behave like
 the proved machine, with a shrunk run for each violation; ``assert_conforms``
 is the pytest form and ``densegate conform`` the command-line one.
-``prove_conforms(factory)`` checks the same properties symbolically (CrossHair):
+``check_aligned_gate(factory)`` is the same for aligned (data-parallel) gates,
+``factory(AlignedGateConfig, world_size)``, judged tick by tick against the dp spec
+(D1-D10 and agreement; ``densegate conform --aligned``).
+``prove_conforms(factory)`` checks the single-rank properties symbolically (CrossHair):
 proved for every input of runs of a given length, refuted with a run, or out
 of reach with the reason (``densegate conform --prove``). The
 strategies that drive it are exported for reuse, and ``densegate.lab.baselines.policies``
@@ -22,6 +25,24 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from densegate.proofs.refinement.conform import ProofReport, prove_conforms
     from densegate.spec.properties import Property
+    from densegate.testing.aligned import assert_aligned_conforms, check_aligned_gate
+    from densegate.testing.aligned_driver import (
+        ALIGNED_PROPERTIES,
+        AlignedFactory,
+        CheckedAlignedGate,
+        TickRecord,
+    )
+    from densegate.testing.aligned_report import AlignedReport, AlignedResult, AlignedViolation
+    from densegate.testing.aligned_strategies import (
+        AlignedKind,
+        AlignedRun,
+        AlignedSegment,
+        RankRole,
+        aligned_configs,
+        aligned_runs,
+        aligned_segments,
+        world_sizes,
+    )
     from densegate.testing.conformance import DEFAULT_MAX_EXAMPLES, assert_conforms, check_gate
     from densegate.testing.driver import CheckedGate, GateFactory
     from densegate.testing.recorded import RecordedPass, judge_recorded
@@ -47,6 +68,24 @@ if TYPE_CHECKING:
 _WHERE = {
     "densegate.proofs.refinement.conform": ("ProofReport", "prove_conforms"),
     "densegate.spec.properties": ("Property",),
+    "densegate.testing.aligned": ("assert_aligned_conforms", "check_aligned_gate"),
+    "densegate.testing.aligned_driver": (
+        "ALIGNED_PROPERTIES",
+        "AlignedFactory",
+        "CheckedAlignedGate",
+        "TickRecord",
+    ),
+    "densegate.testing.aligned_report": ("AlignedReport", "AlignedResult", "AlignedViolation"),
+    "densegate.testing.aligned_strategies": (
+        "AlignedKind",
+        "AlignedRun",
+        "AlignedSegment",
+        "RankRole",
+        "aligned_configs",
+        "aligned_runs",
+        "aligned_segments",
+        "world_sizes",
+    ),
     "densegate.testing.conformance": ("DEFAULT_MAX_EXAMPLES", "assert_conforms", "check_gate"),
     "densegate.testing.driver": ("CheckedGate", "GateFactory"),
     "densegate.testing.report": (
@@ -72,8 +111,17 @@ _WHERE = {
 _MODULE = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
+    "ALIGNED_PROPERTIES",
     "DEFAULT_MAX_EXAMPLES",
     "PROPERTIES",
+    "AlignedFactory",
+    "AlignedKind",
+    "AlignedReport",
+    "AlignedResult",
+    "AlignedRun",
+    "AlignedSegment",
+    "AlignedViolation",
+    "CheckedAlignedGate",
     "CheckedGate",
     "ConformanceReport",
     "GateFactory",
@@ -83,11 +131,18 @@ __all__ = [
     "ProofReport",
     "Property",
     "PropertyResult",
+    "RankRole",
     "RecordedPass",
     "Segment",
     "SegmentKind",
+    "TickRecord",
     "Violation",
+    "aligned_configs",
+    "aligned_runs",
+    "aligned_segments",
+    "assert_aligned_conforms",
     "assert_conforms",
+    "check_aligned_gate",
     "check_gate",
     "gate_configs",
     "gate_runs",
@@ -96,6 +151,7 @@ __all__ = [
     "observations",
     "prove_conforms",
     "segments",
+    "world_sizes",
 ]
 assert sorted(__all__) == sorted(_MODULE)
 

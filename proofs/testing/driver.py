@@ -8,13 +8,13 @@ counter.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from densegate.impl.gate import Decision, GateConfig, GateInput, Reason
 from densegate.spec.gate import GATE
 from densegate.spec.machine import evaluate
 from densegate.testing.report import PassRecord
+from densegate.testing.search import CachedDriver, Outcome
 from densegate.testing.strategies import GateRun, Observation
 
 __all__ = ["CheckedGate", "Driver", "GateFactory", "Outcome"]
@@ -33,15 +33,6 @@ GateFactory = Callable[[GateConfig], CheckedGate]
 """Builds a fresh gate, in its initial state, for a config: a class or a function."""
 
 
-@dataclass
-class Outcome:
-    records: list[PassRecord] = field(default_factory=list)
-    first: dict[str, tuple[int, str]] = field(default_factory=dict)
-
-    def flag(self, pid: str, at: int, message: str) -> None:
-        self.first.setdefault(pid, (at, message))
-
-
 def _well_formed(dec: object) -> bool:
     fire, reason = getattr(dec, "fire", None), getattr(dec, "reason", None)
     return (
@@ -55,21 +46,19 @@ def _exc(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-class Driver:
+class Driver(CachedDriver[GateRun, PassRecord]):
     """Runs the factory's gates on runs, caching each run's outcome for every search."""
 
     def __init__(self, factory: GateFactory) -> None:
+        super().__init__()
         self.factory = factory
-        self.cache: dict[GateRun, Outcome] = {}
-        self.passes = 0
         self.raw = False
 
-    def outcome(self, run: GateRun) -> Outcome:
-        hit = self.cache.get(run)
-        if hit is None:
-            hit = self.cache[run] = self._simulate(run)
-            self.passes += len(hit.records)
-        return hit
+    def steps(self, run: GateRun) -> tuple[Observation, ...]:
+        return run.passes
+
+    def with_steps(self, run: GateRun, steps: tuple[Any, ...]) -> GateRun:
+        return GateRun(run.config, steps)
 
     def _step(self, gate: Any, obs: Observation) -> tuple[Decision, object]:
         decide_raw = getattr(gate, "decide_raw", None)
@@ -80,8 +69,8 @@ class Driver:
             dec = gate.decide(obs.gate_input)
         return dec, gate.hold_passes
 
-    def _simulate(self, run: GateRun) -> Outcome:
-        cfg, out = run.config, Outcome()
+    def _simulate(self, run: GateRun) -> Outcome[PassRecord]:
+        cfg, out = run.config, Outcome[PassRecord]()
         B, K, enabled = cfg.dense_tokens, cfg.max_hold_passes, cfg.enabled
         params = {"B": B, "K": K, "enabled": enabled}
         try:

@@ -1,0 +1,186 @@
+"""What the aligned kit reports: per-property verdicts and the shrunk run of each violation.
+
+Plain data plus its two renderings (text, one row per tick, and JSON), for
+``check_aligned_gate`` and ``densegate conform --aligned``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from densegate.impl.dp_gate import AlignedGateConfig
+from densegate.spec.dp_gate import SHARED
+from densegate.spec.properties import Property
+from densegate.testing.aligned_driver import ALIGNED_PROPERTIES, TickRecord, spec_params
+
+__all__ = ["AlignedReport", "AlignedResult", "AlignedViolation", "format_aligned_violation"]
+
+_SLOTS = SHARED[:-1]
+"""The reduced vector's slots after RANKS, by the spec's names (the table's columns)."""
+
+
+@dataclass(frozen=True)
+class AlignedViolation:
+    """A shrunk run that breaks one property, cut after the tick that breaks it."""
+
+    config: AlignedGateConfig
+    world_size: int
+    records: tuple[TickRecord, ...]
+    message: str
+
+
+@dataclass(frozen=True)
+class AlignedResult:
+    """One property's verdict: held, or violated with its own shrunk run."""
+
+    prop: Property
+    violation: AlignedViolation | None
+
+    @property
+    def id(self) -> str:
+        return self.prop.id
+
+    @property
+    def held(self) -> bool:
+        return self.violation is None
+
+
+@dataclass(frozen=True)
+class AlignedReport:
+    """Per-property verdicts for one aligned gate, with a minimal run for each violation."""
+
+    target: str
+    results: tuple[AlignedResult, ...]
+    max_examples: int
+    seed: int | None
+    """None when derandomized."""
+    runs: int
+    ticks: int
+    seconds: float
+
+    @property
+    def conforms(self) -> bool:
+        return all(r.held for r in self.results)
+
+    @property
+    def violated(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.results if not r.held)
+
+    def __getitem__(self, pid: str) -> AlignedResult:
+        for r in self.results:
+            if r.id == pid:
+                return r
+        raise KeyError(pid)
+
+    def format(self) -> str:
+        mode = "derandomized" if self.seed is None else f"seed={self.seed}"
+        lines = [
+            f"densegate conform --aligned {self.target}: {self.runs} runs, {self.ticks} ticks "
+            f"(max_examples={self.max_examples}, {mode}, {self.seconds:.1f} s)",
+        ]
+        width = max(len(p.label) for p in ALIGNED_PROPERTIES)
+        for r in self.results:
+            lines.append(f"  {r.prop.label:<{width}}  {'held' if r.held else 'VIOLATED'}")
+        verdict = "conforms" if self.conforms else f"VIOLATES {', '.join(self.violated)}"
+        lines.append(f"{self.target}: {verdict}")
+        for r in self.results:
+            if r.violation is not None:
+                lines += ["", *format_aligned_violation(r.prop, r.violation)]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "aligned": True,
+            "conforms": self.conforms,
+            "violated": list(self.violated),
+            "max_examples": self.max_examples,
+            "derandomize": self.seed is None,
+            "seed": self.seed,
+            "runs": self.runs,
+            "ticks": self.ticks,
+            "seconds": round(self.seconds, 3),
+            "properties": [
+                {
+                    "id": r.id,
+                    "title": r.prop.title,
+                    "statement": r.prop.statement,
+                    "status": "held" if r.held else "violated",
+                    "counterexample": None if r.violation is None else _violation_json(r.violation),
+                }
+                for r in self.results
+            ],
+        }
+
+
+def _params(cfg: AlignedGateConfig, world: int) -> dict[str, Any]:
+    """The spec's names; A and Cp are None with the aligned release and paced mode off."""
+    p = spec_params(cfg, world)
+    keep = {k: p[k] for k in ("B", "K", "N", "T", "S", "kv", "enabled")}
+    return keep | {"A": cfg.align_ticks, "Cp": cfg.pace_tokens}
+
+
+def _spec_text(spec: tuple[bool, str, int, int]) -> str:
+    fire, reason, cap, h = spec
+    return f"{'FIRE' if fire else 'HOLD'} {reason}{f' cap={cap}' if cap else ''} h'={h}"
+
+
+def format_aligned_violation(prop: Property, v: AlignedViolation) -> list[str]:
+    """The violating run, one row per tick; the last row is the one that breaks it."""
+    params = " ".join(f"{k}={val}" for k, val in _params(v.config, v.world_size).items())
+    head = ["tick", "t", *_SLOTS, "h", "decision", "reason", "cap", "h'"]
+    if prop.id == "agreement":
+        head.append("spec")
+    rows = [head]
+    for i, r in enumerate(v.records, 1):
+        row = [str(i), str(r.tick), *(str(x) for x in r.obs.to_vector()[1:]), str(r.h)]
+        if r.decision is None:
+            row += ["-", r.error or "-", "-", "-"]
+        else:
+            d = r.decision
+            cap = "-" if d.cap is None else str(d.cap)
+            row += ["FIRE" if d.fire else "HOLD", d.reason.name, cap, str(r.h_next)]
+        if prop.id == "agreement":
+            row.append(_spec_text(r.spec))
+        rows.append(row)
+    widths = [max(len(row[c]) for row in rows) for c in range(len(head))]
+    text = ["  ".join(cell.rjust(wd) for cell, wd in zip(row, widths, strict=True)) for row in rows]
+    text[-1] += f"   <- {v.message}"
+    lines = [f"{prop.id} VIOLATED: {prop.statement}", f"  params: {params}"]
+    if not v.records:
+        lines.append(f"  {v.message}")
+    else:
+        lines += [f"  {t}" for t in text]
+    return lines
+
+
+def _int_or_repr(x: object) -> object:
+    return x if isinstance(x, int) else repr(x)
+
+
+def _violation_json(v: AlignedViolation) -> dict[str, Any]:
+    return {
+        "params": _params(v.config, v.world_size),
+        "message": v.message,
+        "ticks": [
+            {
+                "tick": i,
+                "t": r.tick,
+                **dict(zip(_SLOTS, r.obs.to_vector()[1:], strict=True)),
+                "h": _int_or_repr(r.h),
+                "fire": None if r.decision is None else r.decision.fire,
+                "reason": None if r.decision is None else r.decision.reason.name,
+                "cap": None if r.decision is None else r.decision.cap,
+                "h_next": _int_or_repr(r.h_next),
+                "spec": {
+                    "fire": r.spec[0],
+                    "reason": r.spec[1],
+                    "cap": r.spec[2] or None,
+                    "h_next": r.spec[3],
+                },
+                "error": r.error,
+            }
+            for i, r in enumerate(v.records, 1)
+        ],
+    }
