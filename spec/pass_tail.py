@@ -29,8 +29,10 @@ from densegate.spec.scheduler_request import (
     Req,
     decodes,
     owed,
+    pass_chunk,
     reserve_and_run,
     sample,
+    scheduled,
 )
 from densegate.spec.scheduler_scan import AdmitScan, admit_start, admit_step, partial_step
 
@@ -139,18 +141,18 @@ class PassTail(Machine):
         # step 3: admission, unless something was preempted
         acc = AdmitScan(s["slots"], s["abudget"], s["spare"], s["planned"],
                         *[s[k] for k in ADMIT_BOOLS])  # fmt: skip
-        need = m.blocks_for(m.reserved_tokens(P, r.g))
+        need = m.admission_blocks(P, r.g)
         waiting = r.st == WAITING
         acc2, ok, n_admit = admit_step(
             acc, waiting=waiting, total=P + r.g, need=need, chunked=p["chunked"],
             cap=p["cap"], quiet=p["quiet"], allowed=m.admission_allowed(p["prun_e"]),
         )  # fmt: skip
-        chunk = z3.If(ok, n_admit, n)
+        chunk = pass_chunk(ok, n_admit, n)
         # step 5: reserve and run, then sample
         fire = p["fire"]
         r2, fr = reserve_and_run(r, s["fr"], fire=fire, chunk=chunk, admit=ok, need=need, dec=dec)
-        scheduled = z3.Or(dec, z3.And(fire, chunk > 0))
-        r3, fc = self.sample(r2, s["fc"], scheduled=scheduled, prompt=P, most=o["M"])
+        run = scheduled(dec, fire, chunk)
+        r3, fc = self.sample(r2, s["fc"], scheduled=run, prompt=P, most=o["M"])
         head = z3.And(waiting, z3.Not(s["seen_waiting"]))
         nxt: dict[str, z3.ExprRef] = {
             "budget": budget,

@@ -44,8 +44,10 @@ from densegate.spec.scheduler_request import (
     Req,
     end_or_join,
     owed,
+    pass_chunk,
     reserve_and_run,
     sample,
+    scheduled,
     take_block,
     turn,
 )
@@ -198,6 +200,10 @@ class SchedulerMachine(Machine):
         """The next chunk of a partial prefill with ``left`` tokens to go."""
         return z3.If(z3.And(left > 0, budget > 0), _min(left, cap, budget), 0)
 
+    def admission_blocks(self, prompt: z3.ArithRef, generated: z3.ArithRef) -> z3.ArithRef:
+        """Blocks an admission reserves (for its ``reserved_tokens``)."""
+        return self.blocks_for(self.reserved_tokens(prompt, generated))
+
     def reserved_tokens(self, prompt: z3.ArithRef, generated: z3.ArithRef) -> z3.ArithRef:
         """Tokens an admission reserves blocks for: all it will recompute."""
         return prompt + generated
@@ -307,12 +313,12 @@ class SchedulerMachine(Machine):
         need: list[z3.ArithRef] = []
         for i in range(R):
             total = P[i] + g[i]
-            nb = self.blocks_for(self.reserved_tokens(P[i], g[i]))
+            nb = self.admission_blocks(P[i], g[i])
             acc, ok, n = admit_step(
                 acc, waiting=st[i] == WAITING, total=total, need=nb,
                 chunked=p["chunked"], cap=p["cap"], quiet=quiet, allowed=allowed,
             )  # fmt: skip
-            chunk[i] = z3.If(ok, n, chunk[i])
+            chunk[i] = pass_chunk(ok, n, chunk[i])
             admit.append(ok)
             need.append(nb)
         return PassPlan(
@@ -365,8 +371,8 @@ class SchedulerMachine(Machine):
         outs["running"] = count_true([r.st == RUNNING for r in reqs])
         outs["kv_free"] = free
         for i in range(self.R):
-            scheduled = z3.Or(plan.decoding[i], z3.And(fire, plan.chunk[i] > 0))
-            reqs[i], free = sample(reqs[i], free, scheduled=scheduled, prompt=P[i], most=M[i])
+            run = scheduled(plan.decoding[i], fire, plan.chunk[i])
+            reqs[i], free = sample(reqs[i], free, scheduled=run, prompt=P[i], most=M[i])
         nxt: dict[str, z3.ExprRef] = {}
         for k in _SLOT_STATE:
             nxt.update({f"{k}{i}": getattr(r, k) for i, r in enumerate(reqs)})

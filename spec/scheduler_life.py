@@ -34,9 +34,11 @@ from densegate.spec.scheduler_request import (
     Req,
     end_or_join,
     owed,
+    pass_chunk,
     preempt,
     reserve_and_run,
     sample,
+    scheduled,
     take_block,
     turn,
 )
@@ -97,16 +99,16 @@ class RequestLife(Machine):
         _, n_partial = partial_step(m.partial_chunk, o["budget"], owed(r, P, dec), p["cap"])
         acc = AdmitScan(o["slots"], o["abudget"], o["spare"], o["planned"],
                         *[o[k] for k in _ACC_BOOLS])  # fmt: skip
-        need = m.blocks_for(m.reserved_tokens(P, r.g))
+        need = m.admission_blocks(P, r.g)
         _, ok, n_admit = admit_step(
             acc, waiting=r.st == WAITING, total=P + r.g, need=need, chunked=p["chunked"],
             cap=p["cap"], quiet=o["quiet"], allowed=m.admission_allowed(o["run0"]),
         )  # fmt: skip
-        chunk = z3.If(ok, n_admit, n_partial)
+        chunk = pass_chunk(ok, n_admit, n_partial)
         fire = o["fire"]
         r, free = reserve_and_run(r, free, fire=fire, chunk=chunk, admit=ok, need=need, dec=dec)
-        scheduled = z3.Or(dec, z3.And(fire, chunk > 0))
-        r, free = sample(r, free, scheduled=scheduled, prompt=P, most=M)
+        run = scheduled(dec, fire, chunk)
+        r, free = sample(r, free, scheduled=run, prompt=P, most=M)
         out = {"freed": free - o["free"], "chunk": chunk, "dec": dec, "admit": ok}
         nxt = {k: getattr(r, k) for k in _STATE}
         return [Command("PASS", z3.BoolVal(True), out, nxt)]

@@ -31,9 +31,11 @@ __all__ = [
     "end_or_join",
     "needs_block",
     "owed",
+    "pass_chunk",
     "preempt",
     "reserve_and_run",
     "sample",
+    "scheduled",
     "take_block",
     "turn",
 ]
@@ -106,6 +108,17 @@ def take_block(r: Req, free: Free, t: Turn) -> tuple[Req, Free, z3.BoolRef]:
     dec = z3.And(t.dec, r.st == RUNNING)
     take = z3.And(dec, t.grow)
     return Req(r.st, r.c, r.g, z3.If(take, r.b + 1, r.b)), z3.If(take, free - 1, free), dec
+
+
+def pass_chunk(admit: z3.BoolRef, admitted: z3.ArithRef, partial: z3.ArithRef) -> z3.ArithRef:
+    """Steps 2-3: the prefill tokens the pass gives a request, its admission chunk if it is
+    admitted, else its partial chunk (0 for neither)."""
+    return z3.If(admit, admitted, partial)
+
+
+def scheduled(dec: z3.BoolRef, fire: z3.BoolRef, chunk: z3.ArithRef) -> z3.BoolRef:
+    """Step 5: the request runs this pass: it decodes, or the gate fires and it has a chunk."""
+    return z3.Or(dec, z3.And(fire, chunk > 0))
 
 
 def owed(r: Req, prompt: z3.ArithRef, dec: z3.BoolRef) -> z3.ArithRef:

@@ -41,6 +41,7 @@ from densegate.spec.scheduler_request import (
     Req,
     end_or_join,
     owed,
+    pass_chunk,
     reserve_and_run,
     sample,
     take_block,
@@ -205,7 +206,7 @@ def arrival_only(m: SchedulerMachine) -> z3.BoolRef:
         adm, waiting=r2.st == WAITING, total=P + r2.g, need=need, chunked=z3.Bool("ch@a"),
         cap=cap, quiet=z3.Bool("q@a"), allowed=z3.Bool("al@a"),
     )  # fmt: skip
-    chunk = z3.If(ok, n_admit, n)
+    chunk = pass_chunk(ok, n_admit, n)
     r3, f3 = reserve_and_run(r2, f0, fire=fire, chunk=chunk, admit=ok, need=need, dec=dec2)
     r4, _ = sample(r3, f3, scheduled=z3.Or(dec2, z3.And(fire, chunk > 0)), prompt=P, most=M)
     given = z3.And(
