@@ -294,9 +294,8 @@ def _conform(args: list[str]) -> str:
     rows = []
     for pid, p in props.items():
         label = p["title"] if pid == "agreement" else f"{pid} {p['title']}"
-        cells = [verdict[(q["target"], pid)] for q in pols]
-        head = [label, *(p[k] for k in stated)]
-        rows.append([*head, *(c if c == "held" else c.upper() for c in cells)])
+        cells = [c if (c := verdict[(q["target"], pid)]) == "held" else c.upper() for q in pols]
+        rows.append([label, *(p[k] for k in stated), *cells])
     return _md(["property", *stated, *(q["target"] for q in pols)], rows)
 
 
