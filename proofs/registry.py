@@ -147,10 +147,18 @@ LEVELS: tuple[Level, ...] = (
     ),
     Level(
         "refinement",
-        "the shipped PrefillGate and AlignedGate refine their machines (R1, R2), every path, "
-        "gate and valves on and off",
-        ("R1", "R2"),
-        (Source("densegate.proofs.refinement.obligations", "REFINEMENT_OBLIGATIONS"),),
+        "the shipped PrefillGate refines its machine (R1), every path, gate and STALL valve on "
+        "and off",
+        ("R1",),
+        (Source("densegate.proofs.refinement.obligations", "GATE_REFINEMENT_OBLIGATIONS"),),
+    ),
+    Level(
+        "refinement-dp",
+        "the shipped AlignedGate refines the aligned gate's machine (R2), every path, for any "
+        "N, gate, valves, aligned release and paced mode on and off",
+        ("R2",),
+        (Source("densegate.proofs.refinement.obligations", "DP_REFINEMENT_OBLIGATIONS"),),
+        default=False,
     ),
     Level(
         "refinement-scheduler",

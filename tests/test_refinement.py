@@ -32,7 +32,7 @@ def reported() -> dict[str, dict[str, Any]]:
 
 
 def test_registered_as_a_level_with_the_table_statements() -> None:
-    obs = level("refinement").obligations()
+    obs = [*level("refinement").obligations(), *level("refinement-dp").obligations()]
     assert [o.id for o in obs] == ["R1", "R2"]
     assert all(o.statement == statement(o.id) for o in obs)
 
@@ -217,7 +217,11 @@ def test_report_says_code_for_refinement_and_model_for_the_rest(
     reported: dict[str, dict[str, Any]],
 ) -> None:
     about = {i: o["about"] for i, o in reported.items()}
-    refinement = {*level("refinement").ids, *level("refinement-scheduler").ids}
+    refinement = {
+        *level("refinement").ids,
+        *level("refinement-dp").ids,
+        *level("refinement-scheduler").ids,
+    }
     assert {i for i, a in about.items() if a == "code"} == refinement
     assert set(about.values()) == {"code", "model"}
 

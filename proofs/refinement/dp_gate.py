@@ -34,6 +34,7 @@ from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
 from densegate.proofs.refinement.symbolic import (
     Classes,
+    NoTracing,
     admit,
     agrees,
     fail,
@@ -117,10 +118,11 @@ def _inputs(v: Mapping[str, Any], validated: bool) -> tuple[Any, Any]:
     red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"], v["Fl"], v["Nd"], v["Va"])
     if validated:
         config, reduced = _Config(*cfg), ReducedObservation(*red)
-    else:
+    else:  # plain attribute stores: nothing of the code under check runs, so not traced
         names = (*_CONFIG_FIELDS, "kv_pressure_valve", "align_ticks", "pace_tokens")
-        config = _unvalidated(_Config, names, cfg)
-        reduced = _unvalidated(ReducedObservation, _REDUCED_FIELDS, red)
+        with NoTracing():
+            config = _unvalidated(_Config, names, cfg)
+            reduced = _unvalidated(ReducedObservation, _REDUCED_FIELDS, red)
     object.__setattr__(config, "_T", v["T"])
     return config, reduced
 
