@@ -12,7 +12,8 @@ from typing import Any
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.spec.dp_gate import SHARED
 from densegate.spec.properties import Property
-from densegate.testing.aligned_driver import ALIGNED_PROPERTIES, TickRecord, spec_params
+from densegate.testing.aligned_driver import TickRecord, spec_params
+from densegate.testing.report import Verdicts
 
 __all__ = ["AlignedReport", "AlignedResult", "AlignedViolation", "format_aligned_violation"]
 
@@ -47,7 +48,7 @@ class AlignedResult:
 
 
 @dataclass(frozen=True)
-class AlignedReport:
+class AlignedReport(Verdicts):
     """Per-property verdicts for one aligned gate, with a minimal run for each violation."""
 
     target: str
@@ -58,60 +59,21 @@ class AlignedReport:
     runs: int
     ticks: int
     seconds: float
-
-    @property
-    def conforms(self) -> bool:
-        return all(r.held for r in self.results)
-
-    @property
-    def violated(self) -> tuple[str, ...]:
-        return tuple(r.id for r in self.results if not r.held)
+    _unit = "ticks"
+    _command = "densegate conform --aligned"
 
     def __getitem__(self, pid: str) -> AlignedResult:
-        for r in self.results:
-            if r.id == pid:
-                return r
-        raise KeyError(pid)
+        got: AlignedResult = super().__getitem__(pid)
+        return got
 
-    def format(self) -> str:
-        mode = "derandomized" if self.seed is None else f"seed={self.seed}"
-        lines = [
-            f"densegate conform --aligned {self.target}: {self.runs} runs, {self.ticks} ticks "
-            f"(max_examples={self.max_examples}, {mode}, {self.seconds:.1f} s)",
-        ]
-        width = max(len(p.label) for p in ALIGNED_PROPERTIES)
-        for r in self.results:
-            lines.append(f"  {r.prop.label:<{width}}  {'held' if r.held else 'VIOLATED'}")
-        verdict = "conforms" if self.conforms else f"VIOLATES {', '.join(self.violated)}"
-        lines.append(f"{self.target}: {verdict}")
-        for r in self.results:
-            if r.violation is not None:
-                lines += ["", *format_aligned_violation(r.prop, r.violation)]
-        return "\n".join(lines)
+    def _violation_lines(self, r: Any) -> list[str]:
+        return format_aligned_violation(r.prop, r.violation)
+
+    def _violation_doc(self, r: Any) -> dict[str, Any]:
+        return _violation_json(r.violation)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "aligned": True,
-            "conforms": self.conforms,
-            "violated": list(self.violated),
-            "max_examples": self.max_examples,
-            "derandomize": self.seed is None,
-            "seed": self.seed,
-            "runs": self.runs,
-            "ticks": self.ticks,
-            "seconds": round(self.seconds, 3),
-            "properties": [
-                {
-                    "id": r.id,
-                    "title": r.prop.title,
-                    "statement": r.prop.statement,
-                    "status": "held" if r.held else "violated",
-                    "counterexample": None if r.violation is None else _violation_json(r.violation),
-                }
-                for r in self.results
-            ],
-        }
+        return self._json(aligned=True)
 
 
 def _params(cfg: AlignedGateConfig, world: int) -> dict[str, Any]:

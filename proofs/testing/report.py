@@ -19,6 +19,7 @@ __all__ = [
     "ConformanceReport",
     "PassRecord",
     "PropertyResult",
+    "Verdicts",
     "Violation",
     "format_violation",
 ]
@@ -68,8 +69,86 @@ class PropertyResult:
         return self.violation is None
 
 
+class Verdicts:
+    """What a kit's report answers from its per-property results, and its text and JSON
+    shapes: the single-rank kit's ``ConformanceReport`` and the aligned kit's report share
+    them, each naming its unit (passes or ticks) and how a violation's run is printed."""
+
+    target: str
+    results: tuple[Any, ...]
+    max_examples: int
+    seed: int | None
+    runs: int
+    seconds: float
+    _unit = "passes"
+    _command = "densegate conform"
+
+    @property
+    def conforms(self) -> bool:
+        return all(r.held for r in self.results)
+
+    @property
+    def violated(self) -> tuple[str, ...]:
+        return tuple(r.id for r in self.results if not r.held)
+
+    def __getitem__(self, pid: str) -> Any:
+        for r in self.results:
+            if r.id == pid:
+                return r
+        raise KeyError(pid)
+
+    def _count(self) -> int:
+        return int(getattr(self, self._unit))
+
+    def _violation_lines(self, r: Any) -> list[str]:
+        raise NotImplementedError
+
+    def _violation_doc(self, r: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def format(self) -> str:
+        mode = "derandomized" if self.seed is None else f"seed={self.seed}"
+        lines = [
+            f"{self._command} {self.target}: {self.runs} runs, {self._count()} {self._unit} "
+            f"(max_examples={self.max_examples}, {mode}, {self.seconds:.1f} s)",
+        ]
+        width = max(len(r.prop.label) for r in self.results)
+        for r in self.results:
+            lines.append(f"  {r.prop.label:<{width}}  {'held' if r.held else 'VIOLATED'}")
+        verdict = "conforms" if self.conforms else f"VIOLATES {', '.join(self.violated)}"
+        lines.append(f"{self.target}: {verdict}")
+        for r in self.results:
+            if r.violation is not None:
+                lines += ["", *self._violation_lines(r)]
+        return "\n".join(lines)
+
+    def _json(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            **extra,
+            "conforms": self.conforms,
+            "violated": list(self.violated),
+            "max_examples": self.max_examples,
+            "derandomize": self.seed is None,
+            "seed": self.seed,
+            "runs": self.runs,
+            self._unit: self._count(),
+            "seconds": round(self.seconds, 3),
+            "properties": [
+                {
+                    "id": r.id,
+                    "title": r.prop.title,
+                    "statement": r.prop.statement,
+                    "status": "held" if r.held else "violated",
+                    "counterexample": None if r.violation is None else self._violation_doc(r),
+                }
+                for r in self.results
+            ],
+        }
+
+
 @dataclass(frozen=True)
-class ConformanceReport:
+class ConformanceReport(Verdicts):
     """Per-property verdicts for one gate, with a minimal run for each violation."""
 
     target: str
@@ -81,58 +160,18 @@ class ConformanceReport:
     passes: int
     seconds: float
 
-    @property
-    def conforms(self) -> bool:
-        return all(r.held for r in self.results)
-
-    @property
-    def violated(self) -> tuple[str, ...]:
-        return tuple(r.id for r in self.results if not r.held)
-
     def __getitem__(self, pid: str) -> PropertyResult:
-        for r in self.results:
-            if r.id == pid:
-                return r
-        raise KeyError(pid)
+        got: PropertyResult = super().__getitem__(pid)
+        return got
 
-    def format(self) -> str:
-        mode = "derandomized" if self.seed is None else f"seed={self.seed}"
-        lines = [
-            f"densegate conform {self.target}: {self.runs} runs, {self.passes} passes "
-            f"(max_examples={self.max_examples}, {mode}, {self.seconds:.1f} s)",
-        ]
-        width = max(len(p.label) for p in PROPERTIES)
-        for r in self.results:
-            lines.append(f"  {r.prop.label:<{width}}  {'held' if r.held else 'VIOLATED'}")
-        verdict = "conforms" if self.conforms else f"VIOLATES {', '.join(self.violated)}"
-        lines.append(f"{self.target}: {verdict}")
-        for r in self.results:
-            if r.violation is not None:
-                lines += ["", *format_violation(r.prop, r.violation)]
-        return "\n".join(lines)
+    def _violation_lines(self, r: Any) -> list[str]:
+        return format_violation(r.prop, r.violation)
+
+    def _violation_doc(self, r: Any) -> dict[str, Any]:
+        return _violation_json(r.violation)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "conforms": self.conforms,
-            "violated": list(self.violated),
-            "max_examples": self.max_examples,
-            "derandomize": self.seed is None,
-            "seed": self.seed,
-            "runs": self.runs,
-            "passes": self.passes,
-            "seconds": round(self.seconds, 3),
-            "properties": [
-                {
-                    "id": r.id,
-                    "title": r.prop.title,
-                    "statement": r.prop.statement,
-                    "status": "held" if r.held else "violated",
-                    "counterexample": None if r.violation is None else _violation_json(r.violation),
-                }
-                for r in self.results
-            ],
-        }
+        return self._json()
 
 
 def _spec_text(spec: tuple[bool, str, int]) -> str:
