@@ -231,12 +231,24 @@ def _check_aligned(
 
     if args.target is None or args.policies is not None:
         return usage("--aligned needs a target (module:factory) and no --policies")
+    return _check_target(args, usage, check_aligned_gate, kw, aligned=True)
+
+
+def _check_target(
+    args: argparse.Namespace,
+    usage: Callable[[str], int],
+    check: Callable[..., Any],
+    kw: dict[str, Any],
+    aligned: bool = False,
+) -> int:
+    """Load ``args.target``, judge it with ``check`` (the sampled kit, single-rank or
+    aligned) and print its report: exit 0 if it conforms, 1 if not, 2 on bad input."""
     try:
-        factory = _load(args.target, aligned=True)
+        factory = _load(args.target, aligned=aligned)
     except (ImportError, AttributeError, ValueError) as e:
         return usage(f"cannot load {args.target}: {e}")
     try:
-        report = check_aligned_gate(factory, name=args.target, **kw)
+        report = check(factory, name=args.target, **kw)
     except TypeError as e:
         return usage(str(e))
     print(json.dumps(report.to_json()) if args.json else report.format())
@@ -275,16 +287,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.target is not None:
         if args.policies is not None:
             return usage("give a target or --policies, not both")
-        try:
-            factory = _load(args.target)
-        except (ImportError, AttributeError, ValueError) as e:
-            return usage(f"cannot load {args.target}: {e}")
-        try:
-            report = check_gate(factory, name=args.target, **kw)
-        except TypeError as e:
-            return usage(str(e))
-        print(json.dumps(report.to_json()) if args.json else report.format())
-        return 0 if report.conforms else 1
+        return _check_target(args, usage, check_gate, kw)
 
     names = _policy_names(args.policies, list(POLICIES))
     unknown = [name for name in names if name not in POLICIES]

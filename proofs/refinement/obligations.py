@@ -46,6 +46,7 @@ __all__ = [
     "REFINEMENT_OBLIGATIONS",
     "SCHEDULER_REFINEMENT_OBLIGATIONS",
     "RefinementObligation",
+    "code_verdict",
 ]
 
 Builder = Callable[..., Callable[..., None]]
@@ -55,6 +56,20 @@ Replayer = Callable[[type, str, Mapping[str, Any]], Replay]
 
 _CHECK_STATUS = {"proved": "unsat", "refuted": "sat", "unknown": "unknown"}
 """A symbolic check in the prover's words: unsat = no disagreeing input exists."""
+
+
+def code_verdict(
+    checks: Sequence[CheckResult], sanity: Sequence[CheckResult], coverage: Sequence[Coverage]
+) -> str:
+    """A code obligation's verdict: a refuting check fails it, an unfinished one leaves it
+    unknown, an unsatisfiable precondition or an unreached class makes it vacuous."""
+    if any(c.status == "sat" for c in checks):
+        return "failed"
+    if any(c.status != "unsat" for c in checks):
+        return "unknown"
+    if any(c.status != "sat" for c in sanity) or not all(c.ok for c in coverage):
+        return "vacuous"
+    return "proved"
 
 
 @dataclass(frozen=True)
@@ -222,14 +237,7 @@ class RefinementObligation:
             if out.status == "refuted" and out.witness is not None and trace is None:
                 seen = self.replay(self.target, via, out.witness)
                 trace = self._trace(via, out.witness, seen, self.statement)
-        if any(c.status == "sat" for c in checks):
-            verdict = "failed"
-        elif any(c.status != "unsat" for c in checks):
-            verdict = "unknown"
-        elif any(c.status != "sat" for c in sanity) or not all(c.ok for c in coverage):
-            verdict = "vacuous"
-        else:
-            verdict = "proved"
+        verdict = code_verdict(checks, sanity, coverage)
         seconds = time.perf_counter() - t0
         mutants = [self._refute(m, samples) for m in self.mutants]
         return ObligationResult(

@@ -23,6 +23,7 @@ from densegate.impl.sched.block_manager import BlockManager
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement.mutate import CodeMutant
+from densegate.proofs.refinement.obligations import code_verdict
 from densegate.proofs.refinement.scheduler_traces import (
     BLOCK_SIZES,
     CONTRACT,
@@ -273,14 +274,7 @@ class TraceRefinement:
                 good = [r.rows if r.differs is None else r.rows[:-1] for r in mine]
                 hit = any(event(row) for rows in good for row in rows)
                 coverage.append(Coverage(via, name, bool(mine), hit))
-        if any(c.status == "sat" for c in checks):
-            verdict = "failed"
-        elif any(c.status != "unsat" for c in checks):
-            verdict = "unknown"
-        elif any(c.status != "sat" for c in sanity) or not all(c.ok for c in coverage):
-            verdict = "vacuous"
-        else:
-            verdict = "proved"
+        verdict = code_verdict(checks, sanity, coverage)
         agreed = [r for recs in runs.values() for r in recs if r.differs is None]
         mutants = [self._refute(m, agreed) for m in self.mutants]
         return ObligationResult(

@@ -13,7 +13,7 @@ from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.spec.dp_gate import SHARED
 from densegate.spec.properties import Property
 from densegate.testing.aligned_driver import TickRecord, spec_params
-from densegate.testing.report import Verdicts
+from densegate.testing.report import Verdict, Verdicts
 
 __all__ = ["AlignedReport", "AlignedResult", "AlignedViolation", "format_aligned_violation"]
 
@@ -32,19 +32,8 @@ class AlignedViolation:
 
 
 @dataclass(frozen=True)
-class AlignedResult:
-    """One property's verdict: held, or violated with its own shrunk run."""
-
-    prop: Property
-    violation: AlignedViolation | None
-
-    @property
-    def id(self) -> str:
-        return self.prop.id
-
-    @property
-    def held(self) -> bool:
-        return self.violation is None
+class AlignedResult(Verdict[AlignedViolation]):
+    """One property's verdict for an aligned gate."""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from densegate.impl.gate import Decision, GateConfig
 from densegate.spec.properties import GATE_IDS, Property, by_id
@@ -19,6 +19,7 @@ __all__ = [
     "ConformanceReport",
     "PassRecord",
     "PropertyResult",
+    "Verdict",
     "Verdicts",
     "Violation",
     "format_violation",
@@ -53,12 +54,15 @@ class Violation:
     """Whether the gate was fed raw counts (then the running/queued columns matter)."""
 
 
+V = TypeVar("V")
+
+
 @dataclass(frozen=True)
-class PropertyResult:
-    """One property's verdict: held, or violated with its own shrunk run."""
+class Verdict(Generic[V]):
+    """One property's verdict: held, or violated with its own shrunk run (a ``V``)."""
 
     prop: Property
-    violation: Violation | None
+    violation: V | None
 
     @property
     def id(self) -> str:
@@ -67,6 +71,11 @@ class PropertyResult:
     @property
     def held(self) -> bool:
         return self.violation is None
+
+
+@dataclass(frozen=True)
+class PropertyResult(Verdict[Violation]):
+    """One property's verdict for a single-rank gate."""
 
 
 class Verdicts:
