@@ -148,8 +148,9 @@ LEVELS: tuple[Level, ...] = (
     Level(
         "refinement",
         "the shipped PrefillGate refines its machine (R1), every path, gate and STALL valve on "
-        "and off",
-        ("R1",),
+        "and off; the shipped Scheduler plans prefill as the spec for any number of requests "
+        "(R5), block sizes 1-5 and 16",
+        ("R1", "R5"),
         (Source("densegate.proofs.refinement.obligations", "GATE_REFINEMENT_OBLIGATIONS"),),
     ),
     Level(

@@ -18,16 +18,19 @@ __all__ = [
 ]
 
 
-def scope_statement(about: str, bound: str | None, scope: str | None) -> str:
+def scope_statement(about: str, bound: str | None, scope: str | None, fixes: bool = False) -> str:
     """What a proof covers, in words: every parameter value, or the bound it is checked
     to, then its scope. A model obligation's scope fixes some parameters (say, 3 request
     slots), so the rest are "all other parameters"; a code obligation's says how the code
-    was explored."""
+    was explored, and fixes a parameter only where it says so (``fixes``: R5's block
+    sizes)."""
     if bound is not None:
         return f"bounded: {bound}; {scope}" if scope else f"bounded: {bound}"
     if not scope:
         return "all parameters"
-    return f"all parameters; {scope}" if about == "code" else f"all other parameters; {scope}"
+    if about == "code" and not fixes:
+        return f"all parameters; {scope}"
+    return f"all other parameters; {scope}"
 
 
 @dataclass
@@ -113,11 +116,13 @@ class ObligationResult:
     got past it (None for a model obligation)."""
     coverage: list[Coverage] = field(default_factory=list)
     """A code obligation's configuration classes, per check (``Coverage``)."""
+    fixes: bool = False
+    """A code obligation whose scope fixes some parameters (``scope_statement``)."""
 
     @property
     def scope_statement(self) -> str:
         """What the proof covers, as the report prints it (``scope_statement``)."""
-        return scope_statement(self.about, self.bound, self.scope)
+        return scope_statement(self.about, self.bound, self.scope, self.fixes)
 
     @property
     def ok(self) -> bool:

@@ -158,6 +158,19 @@ PROPERTIES: tuple[Property, ...] = (
         "queued as the spec's status says, the queue in arrival order (arrivals, aborts and "
         "the commit not executed)",
     ),
+    Property(
+        "R5",
+        "Scheduler plans prefill as the spec, any number of requests",
+        "code refines model, for any number of requests: Scheduler's steps 2-3 (owed chunks, "
+        "then FCFS admission) fold one step per request, and each step returns the spec's "
+        "(partial_step, admit_step) for every request and running totals, chunked prefill or "
+        "not, at block sizes 1, 2, 3, 4, 5 and 16, changes neither the scheduler nor the "
+        "request, and stops only where the spec's step changes nothing; the planning hands "
+        "the folds the whole owed list and queue from the spec's start totals and builds the "
+        "plan (chunks, admissions, planned prefill, w = min(planned, B)) from their results "
+        "as the spec does, for lists of any length (step 1's lists, their arrival order and "
+        "the fold loop itself taken as given)",
+    ),
 )
 """Every property, in report order."""
 

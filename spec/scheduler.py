@@ -51,7 +51,7 @@ from densegate.spec.scheduler_request import (
     take_block,
     turn,
 )
-from densegate.spec.scheduler_scan import admit_start, admit_step, partial_step
+from densegate.spec.scheduler_scan import admit_start, admit_step, partial_start, partial_step
 from densegate.spec.victim_search import Search, search_start, search_step
 
 __all__ = [
@@ -294,7 +294,7 @@ class SchedulerMachine(Machine):
         st, c, g, b = ([getattr(r, k) for r in reqs] for k in _SLOT_STATE)
         d = count_true(decoding)
         # 2. partial prefills from the pass budget: a fold of ``partial_step``
-        budget: z3.ArithRef = p["T"] - d
+        budget = partial_start(p["T"], d)
         chunk: list[z3.ArithRef] = []
         work: list[z3.ArithRef] = []
         for i in range(R):

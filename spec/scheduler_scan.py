@@ -27,11 +27,17 @@ __all__ = [
     "PartialScan",
     "admit_start",
     "admit_step",
+    "partial_start",
     "partial_step",
 ]
 
 ChunkRule = Callable[[z3.ArithRef, z3.ArithRef, z3.ArithRef], z3.ArithRef]
 """``(left, cap, budget) -> tokens``: the next chunk of a partial prefill."""
+
+
+def partial_start(budget: z3.ArithRef, decodes: z3.ArithRef) -> z3.ArithRef:
+    """Step 2's budget before the first request: the pass budget less a token per decode."""
+    return budget - decodes
 
 
 def partial_step(
@@ -66,7 +72,7 @@ class PartialScan(Machine):
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
         zero = [s[k] == 0 for k in ("work", "run", "seen")]
-        return z3.And(s["budget"] == p["T"] - p["d"], *zero)
+        return z3.And(s["budget"] == partial_start(p["T"], p["d"]), *zero)
 
     def obs_ok(self, p: Vars, s: Vars, o: Vars) -> z3.BoolRef:
         left = o["left"]

@@ -34,6 +34,7 @@ from densegate.impl.sched.cap import capped_prefill
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.plan import PassPlan, PassRecord
 from densegate.impl.sched.request import FINISH_LENGTH, FINISH_STOP, Request, RequestStatus
+from densegate.impl.sched.steps import AdmitTotals, PartialTotals, admit_next, owed_chunk, scan
 
 __all__ = ["Scheduler"]
 
@@ -159,53 +160,29 @@ class Scheduler:
     def _plan_prefill(
         self, decodes: list[Request], preempted: list[Request], owed: list[Request]
     ) -> PassPlan:
-        """Steps 2-3: owed chunks, then FCFS admission, from what decodes left."""
+        """Steps 2-3 from what decodes left: owed chunks, then FCFS admission, each a
+        ``scan`` of one step per request (``densegate.impl.sched.steps``)."""
         cfg = self.config
-        bm = self.blocks
-        budget = cfg.max_num_batched_tokens - len(decodes)
-        cap = self._cap
-        partials: list[tuple[Request, int]] = []
-        planned = 0
-        for r in owed:
-            if budget == 0:
-                break
-            left = r.num_tokens - r.num_computed
-            if left:
-                n = min(left, cap, budget)
-                partials.append((r, n))
-                budget -= n
-                planned += n
-        admits: list[tuple[Request, int]] = []
-        if not preempted:
-            slots = cfg.max_num_seqs - len(self.running)
-            free = bm.num_free
-            for r in self.waiting:
-                if slots == 0 or budget == 0:
-                    break
-                total = r.num_tokens
-                need = bm.blocks_for(total)
-                if need > free:
-                    break
-                if self._chunked:
-                    n = min(total, cap, budget)
-                elif total > budget:
-                    break
-                else:
-                    n = total
-                admits.append((r, n))
-                budget -= n
-                planned += n
-                free -= need
-                slots -= 1
-        return PassPlan(
-            self._pass,
-            decodes,
-            partials,
-            admits,
-            preempted,
-            planned,
-            min(planned, self._dense),
+        start = PartialTotals(cfg.max_num_batched_tokens - len(decodes), 0)
+        owing, partials = scan(self._owed_step, start, owed)
+        slots = cfg.max_num_seqs - len(self.running)
+        begin = AdmitTotals(
+            slots, owing.budget, self.blocks.num_free, owing.run, len(preempted) > 0
         )
+        admitted, admits = scan(self._admit_step, begin, self.waiting)
+        planned = admitted.planned
+        return PassPlan(
+            self._pass, decodes, partials, admits, preempted, planned, min(planned, self._dense)
+        )
+
+    def _owed_step(self, acc: PartialTotals, r: Request) -> tuple[PartialTotals, int]:
+        """Step 2 for one running request that does not decode: its next chunk."""
+        return owed_chunk(acc, r.num_tokens - r.num_computed, self._cap)
+
+    def _admit_step(self, acc: AdmitTotals, r: Request) -> tuple[AdmitTotals, int]:
+        """Step 3 for one waiting request: admitted (whole blocks reserved) if it fits."""
+        total = r.num_tokens
+        return admit_next(acc, total, self.blocks.blocks_for(total), self._chunked, self._cap)
 
     def commit(self, plan: PassPlan, decision: Decision) -> ScheduledBatch:
         """Run the plan's prefill part only if ``decision`` fires; record the pass.

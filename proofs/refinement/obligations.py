@@ -24,8 +24,10 @@ from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement import dp_gate, gate
 from densegate.proofs.refinement import scheduler as sched
 from densegate.proofs.refinement import scheduler_replay as sched_replay
+from densegate.proofs.refinement import scheduler_steps as steps
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
+from densegate.proofs.refinement.scheduler_step_mutants import R5_MUTANTS
 from densegate.proofs.refinement.symbolic import Classes, Outcome, admitted_classes, explore
 from densegate.proofs.results import (
     CheckResult,
@@ -99,6 +101,8 @@ class RefinementObligation:
     """How a counterexample row is best printed (None: as is)."""
     incremental: bool = False
     """Whether CrossHair's queries go to an incremental z3 solver (``explore``)."""
+    fixes: bool = False
+    """The scope fixes some parameters (R5's block sizes): "all other parameters"."""
     screen: Callable[[type, Mapping[str, Any]], object] | None = None
     """What a class does on one state, run concretely (None: the replay against the spec
     decides). A mutant is first replayed against the spec on the first state sampled from
@@ -116,7 +120,7 @@ class RefinementObligation:
     @property
     def scope_statement(self) -> str:
         """What the proof covers, as the report prints it."""
-        return scope_statement("code", self.bound, self.scope)
+        return scope_statement("code", self.bound, self.scope, self.fixes)
 
     def _explore(self, check: Callable[..., None], classes: Classes | None = None) -> Outcome:
         return explore(check, incremental=self.incremental, classes=classes)
@@ -256,6 +260,7 @@ class RefinementObligation:
             about="code",
             precondition_satisfiable=all(c.status == "sat" for c in sanity),
             coverage=coverage,
+            fixes=self.fixes,
         )
 
 
@@ -293,9 +298,30 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         level="refinement-dp",
     ),
 ]
-"""R1 and R2; R2 is a level of its own (``refinement-dp``): its 243 paths take seconds,
+REFINEMENT_OBLIGATIONS.append(
+    RefinementObligation(
+        "R5",
+        statement("R5"),
+        Scheduler,
+        steps.R5_CHECKS,
+        steps.PARAMS,
+        steps.replay,
+        R5_MUTANTS,
+        "impl/sched/scheduler.py Scheduler._plan_prefill, _owed_step, _admit_step, symbolic "
+        "execution (CrossHair) of every path; unbounded ints; every list an opaque length "
+        "(any length: token lists, the owed list, the queue, the folds' results); block "
+        "sizes 1, 2, 3, 4, 5, 16; taken as given: the fold loop (impl/sched/steps.py scan) "
+        "and step 1's lists (R3, R4); chunked and unchunked prefill, admission stopped and "
+        "open, each reached by an explored path",
+        steps.SPEC,
+        steps.precondition,
+        steps.R5_CLASSES,
+        fixes=True,
+    )
+)
+"""R1, R2 and R5; R2 is a level of its own (``refinement-dp``): its 243 paths take seconds,
 so the default run leaves it to ``--all``."""
-GATE_REFINEMENT_OBLIGATIONS = [ob for ob in REFINEMENT_OBLIGATIONS if ob.id == "R1"]
+GATE_REFINEMENT_OBLIGATIONS = [ob for ob in REFINEMENT_OBLIGATIONS if ob.id in ("R1", "R5")]
 DP_REFINEMENT_OBLIGATIONS = [ob for ob in REFINEMENT_OBLIGATIONS if ob.id == "R2"]
 
 SCHEDULER_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [

@@ -361,11 +361,11 @@ R3_MUTANTS: tuple[CodeMutant, ...] = (
        "observe", "GateInput(plan.waiting_tokens,",
        "GateInput(min(self.queued_tokens, self._dense),"),
     _m("not_capped", "the observation is the planned prefill, not capped at dense_tokens",
-       "_plan_prefill", "min(planned, self._dense),", "planned,"),
+       "_plan_prefill", "min(planned, self._dense)", "planned"),
     _m("decodes_count_partials", "the decode count includes the partial prefills",
        "observe", "len(plan.decodes))", "len(plan.decodes) + len(plan.partials))"),
     _m("admits_after_preemption", "a pass that preempted still admits from the queue",
-       "_plan_prefill", "if not preempted:", "if True:",
+       "_plan_prefill", "len(preempted) > 0", "False",
        free=0, st0=RUNNING, st1=RUNNING),  # a decode preempts the other running request
     _m("preempted_lost", "a preempted request is marked waiting but never queued again",
        "_preempt", "self.waiting.appendleft(r)", "pass"),

@@ -90,8 +90,8 @@ R4_MUTANTS: tuple[CodeMutant, ...] = (
                Scheduler, "_plan_decodes", "victim = running[-1]",
                "victim = running[5] if len(running) > 6 else running[-1]"),
     CodeMutant("admission_scans_six", "admission scans only the first 6 waiting requests",
-               Scheduler, "_plan_prefill", "for r in self.waiting:",
-               "for r in list(self.waiting)[:6]:"),
+               Scheduler, "_plan_prefill", "scan(self._admit_step, begin, self.waiting)",
+               "scan(self._admit_step, begin, list(self.waiting)[:6])"),
     CodeMutant("blocks_by_shift",
                "blocks counted by a shift, (tokens + size - 1) >> log2(size): right only at "
                "powers of two", BlockManager, "blocks_for",

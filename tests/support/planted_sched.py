@@ -93,8 +93,8 @@ PLANTED: tuple[Planted, ...] = (
     ),
     Planted(
         CodeMutant("admission_scans_six", "admission scans only the first 6 waiting requests",
-                   Scheduler, "_plan_prefill", "for r in self.waiting:",
-                   "for r in list(self.waiting)[:6]:"),
+                   Scheduler, "_plan_prefill", "scan(self._admit_step, begin, self.waiting)",
+                   "scan(self._admit_step, begin, list(self.waiting)[:6])"),
         (_OLD, (REGIMES, BLOCK_SIZES)),
         (WIDE, (2,)),
         _ADMITS,
