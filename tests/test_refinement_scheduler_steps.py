@@ -82,3 +82,13 @@ def test_the_checks_fail_on_a_scheduler_that_admits_one_token_short() -> None:
 
     out = explore(steps.R5_CHECKS["step 3 (block size 2)"](Short))
     assert out.status == "refuted" and "tokens" in out.detail, out
+
+
+def test_a_step_that_grows_a_list_in_place_is_caught() -> None:
+    class Grow(Scheduler):
+        def _admit_step(self, acc: Any, r: Any) -> Any:
+            self.running.append(r)
+            return super()._admit_step(acc, r)
+
+    out = explore(steps.R5_CHECKS["step 3 (block size 2)"](Grow))
+    assert out.status == "refuted" and "unchanged" in out.detail, out

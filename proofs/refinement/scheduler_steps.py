@@ -27,6 +27,7 @@ Block sizes are Python ints in the spec, so step 3 is proved at each of ``BLOCK_
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -129,13 +130,20 @@ def _request(v: Mapping[str, Any], status: RequestStatus) -> Request:
         return r
 
 
-def _snapshot(*objs: object) -> list[tuple[str, int]]:
-    """What a step must not change: every field of the scheduler and the request, by identity."""
+def _snapshot(*objs: object) -> list[tuple[str, object]]:
+    """What a step must not change: every field of the scheduler and the request, by
+    identity, and the length of each list among them (a list grown in place keeps its id)."""
     with NoTracing():
-        out = []
+        out: list[tuple[str, object]] = []
         for o in objs:
-            names = getattr(type(o), "__slots__", ()) if not hasattr(o, "__dict__") else vars(o)
-            out += [(n, id(getattr(o, n, None))) for n in names]
+            names = vars(o) if hasattr(o, "__dict__") else getattr(type(o), "__slots__", ())
+            for n in names:
+                x = getattr(o, n, None)
+                out.append((n, id(x)))
+                if isinstance(x, Counted):
+                    out.append((f"{n} length", id(x.n)))
+                elif isinstance(x, list | collections.deque | dict):
+                    out.append((f"{n} length", len(x)))
         return out
 
 
