@@ -14,8 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import z3
 
 from densegate.impl.sched.scheduler import Scheduler
+from densegate.impl.sched.steps import PartialTotals
 from densegate.proofs.refinement import scheduler_steps as steps
 from densegate.proofs.refinement.scheduler_step_mutants import R5_MUTANTS
 from densegate.proofs.refinement.symbolic import explore
@@ -53,7 +55,7 @@ def test_each_twin_refuted_with_a_witness_the_shipped_code_agrees_on(
 ) -> None:
     (m,) = [x for x in result["mutants"] if x["name"] == name]
     assert m["status"] == "refuted", m
-    row = m["trace"][0] if isinstance(m["trace"], list) else m["trace"]["rows"][0]
+    (row,) = m["trace"]
     via, witness = (
         row["entry"],
         {**m["params"], **{k: v for k, v in row.items() if k in steps.PARAMS}},
@@ -92,3 +94,27 @@ def test_a_step_that_grows_a_list_in_place_is_caught() -> None:
 
     out = explore(steps.R5_CHECKS["step 3 (block size 2)"](Grow))
     assert out.status == "refuted" and "unchanged" in out.detail, out
+
+
+def test_a_fold_that_stops_early_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop clause can fail: totals ``done`` with budget left would end step 2 while a
+    request could still get a chunk."""
+    monkeypatch.setattr(PartialTotals, "done", property(lambda t: t.budget <= 1))
+    out = explore(steps.R5_CHECKS["step 2"](Scheduler))
+    assert out.status == "refuted" and "done" in out.detail, out
+
+
+def test_a_spec_step_that_touches_a_request_not_waiting_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The skipped-requests clause of step 3 can fail on its own: a spec admission step that
+    reads every request as waiting agrees with the shipped step on waiting ones, but would
+    not be the fold of the queue alone."""
+    spec_step = steps.admit_step
+
+    def loose(acc: Any, **kw: Any) -> Any:
+        return spec_step(acc, **{**kw, "waiting": z3.BoolVal(True)})
+
+    monkeypatch.setattr(steps, "admit_step", loose)
+    out = explore(steps.R5_CHECKS["step 3 (block size 2)"](Scheduler))
+    assert out.status == "refuted" and out.detail.endswith("on others skipped"), out

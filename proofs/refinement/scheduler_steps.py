@@ -11,8 +11,10 @@ with CrossHair on every path and unbounded ints:
   with its ``admission_blocks``) for every request and running totals, leaves the
   scheduler and the request as they were, and where its totals are ``done`` the spec's
   step changes nothing (so stopping the fold early is the same fold); and the spec's step
-  leaves the totals alone for a request the shipped list does not hold (one that does not
-  owe prefill; one not waiting), so folding the shipped list is folding the spec's slots;
+  leaves the totals alone for a request the shipped list does not hold, so folding the
+  shipped list is folding the spec's slots (step 3: one not waiting, proved beside the step;
+  step 2: one that owes nothing, which the spec's ``owed`` gives 0, the step's own case
+  ``left = 0``, admitted by the precondition's ``c <= P + g``);
 - ``glue``: with ``scan`` replaced by a spy and every list an opaque length (any
   length), the planning calls ``scan`` twice, on its own step and on exactly the owed
   list and the queue, from the spec's start totals (``partial_start``, ``admit_start``),
@@ -39,7 +41,7 @@ from densegate.impl.sched.block_manager import BlockManager
 from densegate.impl.sched.config import SchedulerConfig
 from densegate.impl.sched.request import Request, RequestStatus
 from densegate.impl.sched.scheduler import Scheduler
-from densegate.impl.sched.steps import AdmitTotals, PartialTotals
+from densegate.impl.sched.steps import AdmitTotals, PartialTotals, scan
 from densegate.proofs.refinement.counted import Counted
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.symbolic import (
@@ -73,11 +75,11 @@ BLOCK_SIZES = (1, 2, 3, 4, 5, 16)
 SPEC = SchedulerMachine(1, 2)
 """The machine whose hooks (``partial_chunk``, ``observe``) the steps are judged by."""
 _INTS = (
-    "budget", "run", "cap", "P", "g", "c", "seq", "st", "slots", "spare", "planned",
+    "budget", "run", "cap", "P", "g", "c", "seq", "slots", "spare", "planned",
     "T", "S", "B", "nd", "npre", "nowed", "nrun", "nwait", "free",
     "b1", "r1", "k1", "a_slots", "a_budget", "a_spare", "a_planned", "k2",
 )  # fmt: skip
-_BOOLS = ("stopped", "chunked", "dec", "a_stopped")
+_BOOLS = ("stopped", "chunked", "a_stopped")
 PARAMS = (*_INTS, *_BOOLS)
 _LENGTHS = ("nd", "npre", "nowed", "nrun", "nwait", "free", "k1", "k2")
 
@@ -158,17 +160,11 @@ def _owed_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
         budget, run, cap, P = val(v["budget"]), val(v["run"]), val(v["cap"]), val(v["P"])
         mine = Req(z3.IntVal(RUNNING), val(v["c"]), val(v["g"]), z3.IntVal(0))
         b2, n2 = _partial(budget, owed(mine, P, z3.BoolVal(False)), cap)
-        other = Req(val(v["st"]), val(v["c"]), val(v["g"]), z3.IntVal(0))
-        dec = val(v["dec"])
-        skipped = z3.Not(z3.And(other.st == RUNNING, z3.Not(dec)))
-        bo, no = _partial(budget, owed(other, P, dec), cap)
         code: View = {"budget": acc.budget, "run": acc.run, "tokens": n, "done": True}
         code["unchanged"] = _snapshot(sched, r) == before
         spec: View = {"budget": b2, "run": run + n2, "tokens": n2}
         spec["done"] = z3.Implies(val(done), z3.And(b2 == budget, n2 == 0))
         spec["unchanged"] = True
-        code["others skipped"] = True
-        spec["others skipped"] = z3.Implies(skipped, z3.And(bo == budget, no == 0))
         return code, spec
 
 
@@ -250,7 +246,7 @@ def _glue_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
         plan = guarded(lambda: sched._plan_prefill(decodes, preempted, owed_list), v)
     finally:
         with NoTracing():
-            setattr(shipped, "scan", _SCAN)  # noqa: B010
+            setattr(shipped, "scan", scan)  # noqa: B010
     with NoTracing():
         code: View = {"folds": len(calls)}
         spec: View = {"folds": 2}
@@ -302,9 +298,6 @@ class _Planned:
 
     def __init__(self, planned: z3.ArithRef, d: z3.ArithRef) -> None:
         self.planned, self.d = planned, d
-
-
-_SCAN = getattr(shipped, "scan")  # noqa: B009 (not exported: planning's own name for it)
 
 
 def _same(code: View, spec: View) -> tuple[dict[str, z3.BoolRef], list[str]]:
