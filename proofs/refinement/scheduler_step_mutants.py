@@ -1,6 +1,6 @@
-"""R5's broken variants: the shipped Scheduler (or its blocks) with one edit each, every one
-of which passes R3 (2 requests, block size 2) and bites only at 7 or more requests or at a
-block size that is not a power of two."""
+"""R5's broken variants: the shipped Scheduler (or its blocks) with one edit each, out of
+R3's reach by construction (one pass of 2 requests at block size 2): each bites from the 7th
+request, past 6 decodes or 6 calls, or at a block size that is not a power of two."""
 
 from __future__ import annotations
 
