@@ -24,7 +24,7 @@ _FINISH = f"{_FREE}        r.status = RequestStatus.FINISHED"
 _BUDGET = "max_num_batched_tokens - len(decodes)"
 # A preempted request comes back with output tokens to recompute: its blocks must
 # hold prompt + output, not the prompt alone.
-_RESERVE = "self.blocks.allocate(r.block_table, r.num_tokens)"
+_RESERVE = "r.num_tokens\n        self.blocks.allocate(r.block_table, r.num_tokens)"
 _PROMPT = "len(r.prompt_token_ids)"
 MUTANTS = [
     ("preempt_oldest", "victim = running[-1]", "victim = running[0]"),
@@ -35,7 +35,7 @@ MUTANTS = [
     ("slots_ignored", "acc.slots <= 0 or ", ""),
     ("decode_not_advanced", "r.num_computed = pos + 1", "r.num_computed = pos"),
     ("finish_keeps_blocks", _FINISH, _FINISH.replace(_FREE, "")),
-    ("prompt_only_reservation", _RESERVE, _RESERVE.replace("r.num_tokens", _PROMPT)),
+    ("prompt_only_reservation", _RESERVE, _RESERVE.replace("r.num_tokens)", f"{_PROMPT})")),
     ("prompt_only_fit", "blocks_for(total)", f"blocks_for({_PROMPT})"),
 ]
 _STEPS = frozenset({"skip_blocked_head", "chunk_cap_ignored", "slots_ignored"})

@@ -32,9 +32,16 @@ from densegate.impl.sched.batch import ScheduledBatch, SeqChunk
 from densegate.impl.sched.block_manager import BlockManager
 from densegate.impl.sched.cap import capped_prefill
 from densegate.impl.sched.config import SchedulerConfig
-from densegate.impl.sched.plan import PassPlan, PassRecord
+from densegate.impl.sched.plan import PassPlan, PassRecord, check_current
 from densegate.impl.sched.request import FINISH_LENGTH, FINISH_STOP, Request, RequestStatus
-from densegate.impl.sched.steps import AdmitTotals, PartialTotals, admit_next, owed_chunk, scan
+from densegate.impl.sched.steps import (
+    AdmitTotals,
+    PartialTotals,
+    admit_next,
+    decode_turn,
+    owed_chunk,
+    scan,
+)
 
 __all__ = ["Scheduler"]
 
@@ -122,11 +129,10 @@ class Scheduler:
         """Step 1: a KV slot for every decode; returns (decodes, preempted, owed).
 
         ``owed`` lists the running requests still prefilling, in running order.
-        One walk over the running list reads each request's fields once and
-        calls the block manager only when a decode crosses into a new block.
+        One walk over the running list: each request's turn (``_turn``), a victim
+        preempted (``_preempt``) only when its decode needs a block and none is free.
         """
         bm = self.blocks
-        block_size = bm.block_size
         running = self.running
         decodes: list[Request] = []
         preempted: list[Request] = []
@@ -134,14 +140,12 @@ class Scheduler:
         i = 0
         while i < len(running):
             r = running[i]
-            out = r.output_token_ids
-            n = len(r.prompt_token_ids) + len(out)
-            if not out or r.num_computed != n - 1:
+            dec, grow = self._turn(r)
+            if not dec:
                 owed.append(r)
                 i += 1
                 continue
-            table = r.block_table
-            if len(table) * block_size < n:
+            if grow:
                 while bm.num_free == 0:
                     victim = running[-1]
                     self._preempt(victim)
@@ -150,7 +154,7 @@ class Scheduler:
                         break
                 if r.status is not RequestStatus.RUNNING:
                     continue  # r preempted itself: it was the last one
-                bm.allocate(table, n)
+                self._take_block(r)
             decodes.append(r)
             i += 1
         # Preemption takes running[-1], always at or after i: every request in
@@ -189,7 +193,7 @@ class Scheduler:
 
         A stale plan (another pass's, one running a request aborted since, or admitting
         other than the queue's head) raises ``ValueError`` before anything changes."""
-        self._check_current(plan)
+        check_current(plan, self._pass, self._aborted, self.waiting)
         batch = ScheduledBatch(self._pass)
         prefill_tokens = 0
         if decision.fire:
@@ -198,22 +202,12 @@ class Scheduler:
                 batch.prefills.append(self._prefill_chunk(r, n))
                 prefill_tokens += n
             for r, n in kept[1]:
-                self.waiting.popleft()  # r: _check_current saw the admits head the queue
-                r.status = RequestStatus.RUNNING
-                self._queued_tokens -= r.num_tokens
-                self.blocks.allocate(r.block_table, r.num_tokens)
-                self.running.append(r)
-                batch.prefills.append(self._prefill_chunk(r, n))
+                batch.prefills.append(self._admit_chunk(r, n))
                 prefill_tokens += n
             self._mark_head(self._pass + 1)
         decoded = batch.decodes
         for r in plan.decodes:
-            # A decoding request feeds its last token: output_token_ids[-1].
-            pos = r.num_computed
-            decoded.append(
-                SeqChunk(r.seq_id, (r.output_token_ids[-1],), pos, r.block_table, False, True)
-            )
-            r.num_computed = pos + 1
+            decoded.append(self._decode_chunk(r))
         self.counters.passes += 1
         self.counters.preemptions += self._preempted
         self.counters.reasons[decision.reason] += 1
@@ -232,34 +226,11 @@ class Scheduler:
                 f"undo of pass {batch.index}: the last committed pass is {self._pass - 1}"
             )
         for c in (*batch.prefills, *batch.decodes):
-            r = self._by_seq.get(c.seq_id)
-            if r is not None and r.status is RequestStatus.RUNNING:
-                r.num_computed = c.start
+            self._undo_chunk(c)
         self.counters.failed_passes += 1
         log = self.pass_log
         if log and log[-1].index == batch.index:
             log[-1] = dataclasses.replace(log[-1], failed=True)
-
-    def _check_current(self, plan: PassPlan) -> None:
-        """Raise, changing nothing, if committing ``plan`` would lose or corrupt a request."""
-        if plan.index != self._pass:
-            raise ValueError(f"plan is for pass {plan.index}, scheduler is at {self._pass}")
-        if self._aborted:  # O(plan) only after an abort: the usual pass pays nothing
-            gone = {id(r) for r in self._aborted}
-            runs = plan.decodes + [r for r, _ in plan.partials] + [r for r, _ in plan.admits]
-            hit = next((r for r in runs if id(r) in gone), None)
-            if hit is not None:
-                raise ValueError(
-                    f"plan for pass {plan.index} is stale: it runs request {hit.request_id!r}, "
-                    "aborted since; plan again"
-                )
-        waiting = self.waiting
-        for i, (r, _) in enumerate(plan.admits):
-            if i >= len(waiting) or waiting[i] is not r:
-                raise ValueError(
-                    f"plan for pass {plan.index} is stale: it admits request {r.request_id!r}, "
-                    "which is no longer at that place in the queue; plan again"
-                )
 
     def _record(
         self, plan: PassPlan, decision: Decision, prefill_tokens: int, prefill_seqs: int
@@ -310,17 +281,7 @@ class Scheduler:
                 if tok is None:
                     raise ValueError(f"runner returned too few tokens for pass {batch.index}")
                 r = self._by_seq[c.seq_id]
-                r.output_token_ids.append(tok)
-                r.token_times.append(now)
-                if r.first_token_pass is None:
-                    r.first_token_pass = batch.index
-                    r.first_token_time = now
-                if tok in r.stop_token_ids:
-                    self._finish(r, batch.index, now, FINISH_STOP)
-                    finished = True
-                elif len(r.output_token_ids) >= r.max_tokens:
-                    self._finish(r, batch.index, now, FINISH_LENGTH)
-                    finished = True
+                finished = self._sample(r, tok, batch.index, now) or finished
                 got.append(r)
         if next(it, None) is not None:
             raise ValueError(f"runner returned too many tokens for pass {batch.index}")
@@ -328,7 +289,57 @@ class Scheduler:
             self.running[:] = [r for r in self.running if r.status is RequestStatus.RUNNING]
         return got
 
-    # -- helpers ----------------------------------------------------------------------
+    # -- one request's part of a pass (each proved against the spec's step: R6) ------
+    def _turn(self, r: Request) -> tuple[bool, bool]:
+        """Step 1's reading of a running request: (it decodes, its decode needs a block)."""
+        return decode_turn(
+            len(r.prompt_token_ids),
+            len(r.output_token_ids),
+            r.num_computed,
+            len(r.block_table),
+            self.blocks.block_size,
+        )
+
+    def _take_block(self, r: Request) -> None:
+        """Step 1: the block a decode that crosses into a new one takes."""
+        self.blocks.allocate(r.block_table, r.num_tokens)
+
+    def _admit_chunk(self, r: Request, n: int) -> SeqChunk:
+        """Commit an admission: the queue's head runs, its blocks reserved, first chunk ``n``."""
+        self.waiting.popleft()  # r: check_current saw the admits head the queue
+        r.status = RequestStatus.RUNNING
+        self._queued_tokens -= r.num_tokens
+        self.blocks.allocate(r.block_table, r.num_tokens)
+        self.running.append(r)
+        return self._prefill_chunk(r, n)
+
+    def _decode_chunk(self, r: Request) -> SeqChunk:
+        """Commit a decode: it feeds its last token (``output_token_ids[-1]``)."""
+        pos = r.num_computed
+        r.num_computed = pos + 1
+        return SeqChunk(r.seq_id, (r.output_token_ids[-1],), pos, r.block_table, False, True)
+
+    def _sample(self, r: Request, tok: int, index: int, now: float) -> bool:
+        """One sampled token for ``r``; whether it finished (a stop token, or its length)."""
+        r.output_token_ids.append(tok)
+        r.token_times.append(now)
+        if r.first_token_pass is None:
+            r.first_token_pass = index
+            r.first_token_time = now
+        if tok in r.stop_token_ids:
+            self._finish(r, index, now, FINISH_STOP)
+            return True
+        if len(r.output_token_ids) >= r.max_tokens:
+            self._finish(r, index, now, FINISH_LENGTH)
+            return True
+        return False
+
+    def _undo_chunk(self, c: SeqChunk) -> None:
+        """Take back one chunk of a failed pass: its request owes it again."""
+        r = self._by_seq.get(c.seq_id)
+        if r is not None and r.status is RequestStatus.RUNNING:
+            r.num_computed = c.start
+
     def _prefill_chunk(self, r: Request, n: int) -> SeqChunk:
         start = r.num_computed
         stop = start + n
