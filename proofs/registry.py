@@ -165,8 +165,9 @@ LEVELS: tuple[Level, ...] = (
         "refinement-scheduler",
         "the shipped Scheduler plans as the spec scheduler (R3), every path at 2 requests, "
         "block size 2, and runs as it on fixed traces at 8 and 12 requests, block sizes 1, 3, "
-        "5, 16 (R4)",
-        ("R3", "R4"),
+        "5, 16 (R4); and does to each request what the spec's per-request steps do, any "
+        "number of requests (R6)",
+        ("R3", "R4", "R6"),
         (
             Source("densegate.proofs.refinement.obligations", "SCHEDULER_REFINEMENT_OBLIGATIONS"),
             Source("densegate.proofs.refinement.scheduler_wide", "WIDE_OBLIGATIONS"),

@@ -171,6 +171,18 @@ PROPERTIES: tuple[Property, ...] = (
         "as the spec does, for lists of any length (step 1's lists, their arrival order and "
         "the fold loop itself taken as given)",
     ),
+    Property(
+        "R6",
+        "Scheduler does to each request what the spec does, any number of requests",
+        "code refines model, for every request whatever its place (the 7th on as the "
+        "first): Scheduler's decode turn, the block a growing decode takes, a preemption, an "
+        "admission's commit, a prefill and a decode chunk, a sampled token, an abort and an "
+        "undo each leave the request, the free blocks and the lists it is on as the spec's "
+        "per-request step (turn, take_block, preempt, reserve_and_run, sample, end_or_join) "
+        "does, at block sizes 1, 2, 3, 4, 5 and 16 where blocks are counted, a stop token "
+        "ending it as its length would; undo leaves the request as before its chunk (the "
+        "loops that hand these steps their requests taken as given)",
+    ),
 )
 """Every property, in report order."""
 

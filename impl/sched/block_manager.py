@@ -41,11 +41,16 @@ class BlockManager:
 
     def allocate(self, table: list[int], num_tokens: int) -> None:
         """Grow ``table`` until it holds ``num_tokens`` positions."""
+        free = self._free
         need = self.blocks_for(num_tokens) - len(table)
-        if need > len(self._free):
-            raise RuntimeError(f"KV exhausted: need {need} blocks, {len(self._free)} free")
-        for _ in range(need):
-            table.append(self._free.pop())
+        if need > len(free):
+            raise RuntimeError(f"KV exhausted: need {need} blocks, {len(free)} free")
+        if need > 0:  # the free list's last ``need`` blocks, in the order popping gives
+            cut = len(free) - need
+            taken = free[cut:]
+            del free[cut:]
+            taken.reverse()
+            table.extend(taken)
 
     def free(self, table: list[int]) -> None:
         self._free.extend(reversed(table))

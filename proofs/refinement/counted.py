@@ -15,8 +15,9 @@ class Counted:
     table or the free list.
 
     It has exactly the list operations ``Request`` and ``BlockManager`` use in planning
-    (``len``, truth, ``append``, ``pop``, ``extend``, ``reversed``, ``clear``); any
-    other use (reading an element, iterating) raises, which fails the check.
+    (``len``, truth, ``append``, ``pop``, ``extend``, ``reversed``, ``clear``, a slice
+    read, deleted or reversed); any other use (reading an element, iterating) raises,
+    which fails the check.
     """
 
     __slots__ = ("n",)
@@ -47,3 +48,19 @@ class Counted:
 
     def clear(self) -> None:
         self.n = 0
+
+    def _span(self, i: slice) -> object:
+        if not isinstance(i, slice) or i.step is not None:
+            raise TypeError("a Counted list is read by slices only")
+        lo = min(max(0 if i.start is None else i.start, 0), self.n)
+        hi = self.n if i.stop is None else min(max(i.stop, 0), self.n)
+        return max(hi - lo, 0)
+
+    def __getitem__(self, i: slice) -> Counted:
+        return type(self)(self._span(i))  # type: ignore[arg-type]
+
+    def __delitem__(self, i: slice) -> None:
+        self.n -= self._span(i)  # type: ignore[operator]
+
+    def reverse(self) -> None:
+        return None

@@ -24,9 +24,11 @@ from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement import dp_gate, gate
 from densegate.proofs.refinement import scheduler as sched
 from densegate.proofs.refinement import scheduler_replay as sched_replay
+from densegate.proofs.refinement import scheduler_requests as requests
 from densegate.proofs.refinement import scheduler_steps as steps
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.mutate import CodeMutant
+from densegate.proofs.refinement.scheduler_request_mutants import R6_MUTANTS
 from densegate.proofs.refinement.scheduler_step_mutants import R5_MUTANTS
 from densegate.proofs.refinement.symbolic import Classes, Outcome, admitted_classes, explore
 from densegate.proofs.results import (
@@ -347,5 +349,28 @@ SCHEDULER_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         incremental=True,
     ),
 ]
+SCHEDULER_REFINEMENT_OBLIGATIONS.append(
+    RefinementObligation(
+        "R6",
+        statement("R6"),
+        Scheduler,
+        requests.R6_CHECKS,
+        requests.PARAMS,
+        requests.replay,
+        R6_MUTANTS,
+        "impl/sched/scheduler.py Scheduler._turn, _take_block, _preempt, _admit_chunk, "
+        "_prefill_chunk, _decode_chunk, _sample, abort, _undo_chunk, symbolic execution "
+        "(CrossHair) of every path; unbounded ints, any seq id; token lists and block tables "
+        "taken as their lengths; block sizes 1, 2, 3, 4, 5, 16 for the turn, the block taken "
+        "and the admission; taken as given: the loops handing these steps their requests "
+        "(R3, R4, the lockstep); one of the first 6 requests and the 7th on, each reached by "
+        "an explored path",
+        requests.SPEC,
+        requests.precondition,
+        requests.R6_CLASSES,
+        level="refinement-scheduler",
+        fixes=True,
+    )
+)
 """R3 is a level of its own (``refinement-scheduler``): its paths take seconds, not
 fractions of one, and ``--level refinement`` stays fast."""

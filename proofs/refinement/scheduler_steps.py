@@ -29,12 +29,10 @@ Block sizes are Python ints in the spec, so step 3 is proved at each of ``BLOCK_
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import z3
-from crosshair.libimpl.builtinslib import SymbolicBool
 
 from densegate.impl.sched import scheduler as shipped
 from densegate.impl.sched.block_manager import BlockManager
@@ -44,19 +42,15 @@ from densegate.impl.sched.scheduler import Scheduler
 from densegate.impl.sched.steps import AdmitTotals, PartialTotals, scan
 from densegate.proofs.refinement.counted import Counted
 from densegate.proofs.refinement.gate import Replay
-from densegate.proofs.refinement.symbolic import (
-    Classes,
-    NoTracing,
-    admit,
-    fail,
-    guarded,
-    holds,
-    keyword_signature,
-    pinned,
-    reached,
-    sample,
-    term,
+from densegate.proofs.refinement.step_checks import (
+    Val,
+    View,
+    Views,
+    build_checks,
+    replay_views,
+    snapshot,
 )
+from densegate.proofs.refinement.symbolic import Classes, NoTracing, guarded
 from densegate.spec.scheduler import RUNNING, SchedulerMachine
 from densegate.spec.scheduler_request import Req, owed
 from densegate.spec.scheduler_scan import AdmitScan, admit_start, admit_step, partial_start
@@ -67,6 +61,7 @@ __all__ = [
     "R5_CHECKS",
     "R5_CLASSES",
     "SPEC",
+    "boot_config",
     "precondition",
     "replay",
 ]
@@ -82,9 +77,6 @@ _INTS = (
 _BOOLS = ("stopped", "chunked", "a_stopped")
 PARAMS = (*_INTS, *_BOOLS)
 _LENGTHS = ("nd", "npre", "nowed", "nrun", "nwait", "free", "k1", "k2")
-
-Val = Callable[[object], z3.ExprRef]
-View = dict[str, object]
 
 
 def precondition(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
@@ -104,7 +96,8 @@ R5_CLASSES: Classes = {
 }
 
 
-def _boot(block_size: int) -> SchedulerConfig:
+def boot_config(block_size: int) -> SchedulerConfig:
+    """A one-slot config at ``block_size``: the checks set whatever else a step reads."""
     return SchedulerConfig(1, 1, block_size, 1, 1, True, None, 1, 1, False, 4096)
 
 
@@ -114,10 +107,10 @@ def _scheduler(cls: type, v: Mapping[str, Any], block_size: int) -> Any:
     with NoTracing():
         made: Any = cls
         if issubclass(cls, BlockManager):
-            sched: Any = Scheduler(_boot(block_size))
+            sched: Any = Scheduler(boot_config(block_size))
             sched.blocks = made(1, block_size)
         else:
-            sched = made(_boot(block_size))
+            sched = made(boot_config(block_size))
         sched._cap, sched._chunked = v["cap"], v["chunked"]
         return sched
 
@@ -132,28 +125,11 @@ def _request(v: Mapping[str, Any], status: RequestStatus) -> Request:
         return r
 
 
-def _snapshot(*objs: object) -> list[tuple[str, object]]:
-    """What a step must not change: every field of the scheduler and the request, by
-    identity, and the length of each list among them (a list grown in place keeps its id)."""
-    with NoTracing():
-        out: list[tuple[str, object]] = []
-        for o in objs:
-            names = vars(o) if hasattr(o, "__dict__") else getattr(type(o), "__slots__", ())
-            for n in names:
-                x = getattr(o, n, None)
-                out.append((n, id(x)))
-                if isinstance(x, Counted):
-                    out.append((f"{n} length", id(x.n)))
-                elif isinstance(x, list | collections.deque | dict):
-                    out.append((f"{n} length", len(x)))
-        return out
-
-
 def _owed_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
     sched = _scheduler(cls, v, 2)
     r = _request(v, RequestStatus.RUNNING)
     acc0 = PartialTotals(v["budget"], v["run"])
-    before = _snapshot(sched, r)
+    before = snapshot(sched, r)
     acc, n = guarded(lambda: sched._owed_step(acc0, r), v)
     done = acc0.done
     with NoTracing():
@@ -161,7 +137,7 @@ def _owed_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
         mine = Req(z3.IntVal(RUNNING), val(v["c"]), val(v["g"]), z3.IntVal(0))
         b2, n2 = _partial(budget, owed(mine, P, z3.BoolVal(False)), cap)
         code: View = {"budget": acc.budget, "run": acc.run, "tokens": n, "done": True}
-        code["unchanged"] = _snapshot(sched, r) == before
+        code["unchanged"] = snapshot(sched, r) == before
         spec: View = {"budget": b2, "run": run + n2, "tokens": n2}
         spec["done"] = z3.Implies(val(done), z3.And(b2 == budget, n2 == 0))
         spec["unchanged"] = True
@@ -177,7 +153,7 @@ def _admit_views(cls: type, v: Mapping[str, Any], val: Val, bs: int) -> tuple[Vi
     sched = _scheduler(cls, v, bs)
     r = _request(v, RequestStatus.WAITING)
     acc0 = AdmitTotals(v["slots"], v["budget"], v["spare"], v["planned"], v["stopped"])
-    before = _snapshot(sched, r)
+    before = snapshot(sched, r)
     acc, n = guarded(lambda: sched._admit_step(acc0, r), v)
     done = acc0.done
     with NoTracing():
@@ -202,7 +178,7 @@ def _admit_views(cls: type, v: Mapping[str, Any], val: Val, bs: int) -> tuple[Vi
         code["tokens"], spec["tokens"] = n, z3.If(ok, n2, 0)
         stays = [getattr(nxt, k) == getattr(start, k) for k in keys]
         code["done"], spec["done"] = True, z3.Implies(val(done), z3.And(*stays, z3.Not(ok)))
-        code["unchanged"], spec["unchanged"] = _snapshot(sched, r) == before, True
+        code["unchanged"], spec["unchanged"] = snapshot(sched, r) == before, True
         rest = [getattr(idle, k) == getattr(start, k) for k in keys]
         code["others skipped"], spec["others skipped"] = True, z3.And(*rest, z3.Not(idle_ok))
         return code, spec
@@ -300,52 +276,6 @@ class _Planned:
         self.planned, self.d = planned, d
 
 
-def _same(code: View, spec: View) -> tuple[dict[str, z3.BoolRef], list[str]]:
-    """Each entry of the code's view against the spec's: a formula for a value, and the
-    names of the entries (strings, compared natively) that differ."""
-    eqs: dict[str, z3.BoolRef] = {}
-    off = []
-    for k, want in spec.items():
-        got = code.get(k)
-        if isinstance(want, str) or isinstance(got, str) or got is None:
-            if got != want:
-                off.append(k)
-        else:
-            eqs[k] = term(got) == (want if isinstance(want, z3.ExprRef) else term(want))
-    return eqs, off
-
-
-Views = Callable[[type, Mapping[str, Any], Val], tuple[View, View]]
-
-
-def _check(views: Views) -> Callable[..., Callable[..., None]]:
-    def build(cls: type, at: Mapping[str, Any] | None = None) -> Callable[..., None]:
-        def check(**v: Any) -> None:
-            assert admit(precondition, **v)
-            assert at is None or pinned(v, at)
-            code, spec = views(cls, v, term)
-            with NoTracing():
-                eqs, off = _same(code, spec)
-                ok = SymbolicBool(z3.And(*eqs.values()))
-            if off:
-                fail(v, "differs from the spec on " + ", ".join(off))
-            if not ok:
-                fail(
-                    v,
-                    "differs from the spec on "
-                    + ", ".join(k for k, e in eqs.items() if not holds(e)),
-                )
-            reached(v)
-            sample(v)
-
-        check.__signature__ = keyword_signature(  # type: ignore[attr-defined]
-            {n: bool if n in _BOOLS else int for n in PARAMS}
-        )
-        return check
-
-    return build
-
-
 def _admit(bs: int) -> Views:
     return lambda cls, v, val: _admit_views(cls, v, val, bs)
 
@@ -353,34 +283,10 @@ def _admit(bs: int) -> Views:
 _VIEWS: dict[str, Views] = {"step 2": _owed_views}
 _VIEWS.update({f"step 3 (block size {bs})": _admit(bs) for bs in BLOCK_SIZES})
 _VIEWS["glue"] = _glue_views
-R5_CHECKS = {name: _check(views) for name, views in _VIEWS.items()}
+R5_CHECKS = build_checks(_VIEWS, {n: bool if n in _BOOLS else int for n in PARAMS}, precondition)
 """Entry point -> check of a Scheduler-like class (the shipped one or a mutant)."""
-
-
-def _value(x: object) -> object:
-    if isinstance(x, z3.ExprRef):
-        y = z3.simplify(x)
-        return z3.is_true(y) if z3.is_bool(y) else y.as_long()
-    return x
-
-
-def _constant(x: object) -> z3.ExprRef:
-    return z3.BoolVal(x) if isinstance(x, bool) else z3.IntVal(x)
 
 
 def replay(cls: type, via: str, witness: Mapping[str, Any]) -> Replay:
     """Run ``cls`` on the witness concretely and the spec's terms on its constants."""
-    try:
-        code, spec = _VIEWS[via](cls, witness, _constant)
-    except AssertionError as e:  # the code raised: ``guarded`` says what
-        return Replay(str(e), "no error")
-    except Exception as e:
-        return Replay(f"raised {type(e).__name__}: {e}", "no error")
-    keys = list(spec)
-    got = {k: _value(code.get(k)) for k in keys}
-    want = {k: _value(spec[k]) for k in keys}
-    off = [k for k in keys if got[k] != want[k]]
-    show = off or keys
-    return Replay(
-        ", ".join(f"{k}={got[k]}" for k in show), ", ".join(f"{k}={want[k]}" for k in show)
-    )
+    return replay_views(_VIEWS, cls, via, witness)
