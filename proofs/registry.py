@@ -171,6 +171,7 @@ LEVELS: tuple[Level, ...] = (
         (
             Source("densegate.proofs.refinement.obligations", "SCHEDULER_REFINEMENT_OBLIGATIONS"),
             Source("densegate.proofs.refinement.scheduler_wide", "WIDE_OBLIGATIONS"),
+            Source("densegate.proofs.refinement.obligations", "REQUEST_REFINEMENT_OBLIGATIONS"),
         ),
         default=False,
     ),

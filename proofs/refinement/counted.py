@@ -7,6 +7,8 @@ but its length, so R3 (``densegate.proofs.refinement.scheduler``) hands it these
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 __all__ = ["Counted"]
 
 
@@ -64,3 +66,6 @@ class Counted:
 
     def reverse(self) -> None:
         return None
+
+    def __iter__(self) -> Iterator[int]:  # a slice read would make it iterable
+        raise TypeError("a Counted list cannot be iterated: planning reads its length only")
