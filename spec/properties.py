@@ -175,13 +175,16 @@ PROPERTIES: tuple[Property, ...] = (
         "R6",
         "Scheduler does to each request what the spec does, any number of requests",
         "code refines model, for every request whatever its place (the 7th on as the "
-        "first): Scheduler's decode turn, the block a growing decode takes, a preemption, an "
+        "first) and any number running: Scheduler's decode turn, each turn of step 1's walk "
+        "over the running list (a step of S11's decode scan, its victim the newest running "
+        "request, reading no other), the block a growing decode takes, a preemption, an "
         "admission's commit, a prefill and a decode chunk, a sampled token, an abort and an "
         "undo each leave the request, the free blocks and the lists it is on as the spec's "
-        "per-request step (turn, take_block, preempt, reserve_and_run, sample, end_or_join) "
-        "does, at block sizes 1, 2, 3, 4, 5 and 16 where blocks are counted, a stop token "
-        "ending it as its length would; undo leaves the request as before its chunk (the "
-        "loops that hand these steps their requests taken as given)",
+        "per-request step (turn, DecodeScan, take_block, preempt, reserve_and_run, sample, "
+        "end_or_join) does, at block sizes 1, 2, 3, 4, 5 and 16 where blocks are counted, a "
+        "stop token ending it as its length would; undo leaves the request as before its "
+        "chunk (the loops that hand these steps their requests, and the running list's "
+        "arrival order, taken as given)",
     ),
 )
 """Every property, in report order."""

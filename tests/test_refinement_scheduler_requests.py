@@ -53,12 +53,30 @@ def test_each_twin_refuted_from_the_7th_request(result: dict[str, Any], name: st
     assert m["status"] == "refuted", m
     (row,) = m["trace"]
     witness = {**m["params"], **{k: v for k, v in row.items() if k in requests.PARAMS}}
-    assert witness["seq"] >= 6
+    # where it bites: the 7th request on, or (the victim) more than 6 running
+    late, early_value = ("n", 6) if name == "victim_sixth_when_wide" else ("seq", 5)
+    assert witness[late] > early_value
     twin = requests.replay(_BY_NAME[name].build, row["entry"], witness)
     shipped = requests.replay(Scheduler, row["entry"], witness)
     assert twin.disagrees and not shipped.disagrees, (twin, shipped)
-    early = requests.replay(_BY_NAME[name].build, row["entry"], {**witness, "seq": 5})
+    early = requests.replay(_BY_NAME[name].build, row["entry"], {**witness, late: early_value})
     assert not early.disagrees, early  # so R3's 2 requests could not see it
+
+
+def test_a_walk_that_decodes_without_a_block_is_caught() -> None:
+    """A turn short of a block that decodes anyway, preempting nothing."""
+
+    class NoPreempt(Scheduler):
+        def _walk_turn(self, running: Any, i: int, decodes: Any, pre: Any, owed: Any) -> int:
+            r = running[i]
+            dec, grow = self._turn(r)
+            (decodes if dec else owed).append(r)
+            if grow and self.blocks.num_free > 0:
+                self._take_block(r)
+            return i + 1
+
+    out = explore(requests.R6_CHECKS["walk turn (block size 2)"](NoPreempt))
+    assert out.status == "refuted" and "preempted" in out.detail, out
 
 
 def test_a_preemption_that_leaves_the_victim_behind_the_queue_is_caught() -> None:

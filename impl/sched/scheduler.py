@@ -128,38 +128,46 @@ class Scheduler:
     def _plan_decodes(self) -> tuple[list[Request], list[Request], list[Request]]:
         """Step 1: a KV slot for every decode; returns (decodes, preempted, owed).
 
-        ``owed`` lists the running requests still prefilling, in running order.
-        One walk over the running list: each request's turn (``_turn``), a victim
-        preempted (``_preempt``) only when its decode needs a block and none is free.
+        ``owed`` lists the running requests still prefilling, in running order. One
+        walk over the running list, a turn (``_walk_turn``) per request in order.
         """
-        bm = self.blocks
         running = self.running
         decodes: list[Request] = []
         preempted: list[Request] = []
         owed: list[Request] = []
         i = 0
         while i < len(running):
-            r = running[i]
-            dec, grow = self._turn(r)
-            if not dec:
-                owed.append(r)
-                i += 1
-                continue
-            if grow:
-                while bm.num_free == 0:
-                    victim = running[-1]
-                    self._preempt(victim)
-                    preempted.append(victim)
-                    if victim is r:
-                        break
-                if r.status is not RequestStatus.RUNNING:
-                    continue  # r preempted itself: it was the last one
-                self._take_block(r)
-            decodes.append(r)
-            i += 1
+            i = self._walk_turn(running, i, decodes, preempted, owed)
         # Preemption takes running[-1], always at or after i: every request in
         # owed is still running, in running-list order.
         return decodes, preempted, owed
+
+    def _walk_turn(
+        self,
+        running: list[Request],
+        i: int,
+        decodes: list[Request],
+        preempted: list[Request],
+        owed: list[Request],
+    ) -> int:
+        """Step 1 for ``running[i]``: owed if it does not decode, else a decode, first
+        preempting the newest running request (``running[-1]``, maybe itself) while its
+        decode needs a block and none is free; returns the next turn's index."""
+        r = running[i]
+        dec, grow = self._turn(r)
+        if not dec:
+            owed.append(r)
+            return i + 1
+        if grow:
+            while self.blocks.num_free == 0:
+                victim = running[-1]
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is r:
+                    return i  # r preempted itself: it was the last one
+            self._take_block(r)
+        decodes.append(r)
+        return i + 1
 
     def _plan_prefill(
         self, decodes: list[Request], preempted: list[Request], owed: list[Request]

@@ -359,13 +359,15 @@ REQUEST_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         requests.PARAMS,
         requests.replay,
         R6_MUTANTS,
-        "impl/sched/scheduler.py Scheduler._turn, _take_block, _preempt, _admit_chunk, "
-        "_prefill_chunk, _decode_chunk, _sample, abort, _undo_chunk, symbolic execution "
-        "(CrossHair) of every path; unbounded ints, any seq id; token lists and block tables "
-        "taken as their lengths; block sizes 1, 2, 3, 4, 5, 16 for the turn, the block taken "
-        "and the admission; taken as given: the loops handing these steps their requests "
-        "(R3, R4, the lockstep); one of the first 6 requests and the 7th on, each reached by "
-        "an explored path",
+        "impl/sched/scheduler.py Scheduler._turn, _walk_turn, _take_block, _preempt, "
+        "_admit_chunk, _prefill_chunk, _decode_chunk, _sample, abort, _undo_chunk, symbolic "
+        "execution (CrossHair) of every path; unbounded ints, any seq id, any number running "
+        "(the running list as its length, its turn's request and its newest); token lists and "
+        "block tables taken as their lengths; block sizes 1, 2, 3, 4, 5, 16 for the turn, the "
+        "walk turn, the block taken and the admission; taken as given: the loops handing "
+        "these steps their requests and the running list's arrival order (R3, R4, the "
+        "lockstep, check_invariants); one of the first 6 requests and the 7th on, each "
+        "reached by an explored path",
         requests.SPEC,
         requests.precondition,
         requests.R6_CLASSES,
@@ -373,7 +375,7 @@ REQUEST_REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         fixes=True,
     )
 ]
-"""R6, in the scheduler's level beside R3 and R4: with its twins it takes about 15 s, more
+"""R6, in the scheduler's level beside R3 and R4: with its twins it takes about 40 s, more
 than the default run may."""
 """R3 is a level of its own (``refinement-scheduler``): its paths take seconds, not
 fractions of one, and ``--level refinement`` stays fast."""

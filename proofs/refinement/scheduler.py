@@ -373,7 +373,7 @@ R3_MUTANTS: tuple[CodeMutant, ...] = (
        "a preemption does not add the request's tokens back to the queue's count",
        "_preempt", "self._queued_tokens += r.num_tokens", "pass"),
     _m("preempts_oldest", "KV exhaustion preempts the oldest running request, not the newest",
-       "_plan_decodes", "victim = running[-1]", "victim = running[0]"),
+       "_walk_turn", "victim = running[-1]", "victim = running[0]"),
 )  # fmt: skip
 """Broken Schedulers R3 must refute, each with a state on which it plans otherwise."""
 

@@ -1,5 +1,6 @@
 """R6's broken variants: the shipped Scheduler with one edit each to one request's step, each
-biting from the 7th request on (seq id >= 6), out of R3's reach (2 requests) by construction."""
+biting from the 7th request on (seq id >= 6) or with more than 6 running, out of R3's reach
+(2 requests) by construction; ``victim_sixth_when_wide`` is R4's twin of that name."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ R6_MUTANTS: tuple[CodeMutant, ...] = tuple(
          "_turn", "len(r.block_table),", f"len(r.block_table) - {_LATE},"),
         ("late_decode_takes_two", "from the 7th request a growing decode takes too many",
          "_take_block", "r.num_tokens)", f"r.num_tokens + {_LATE} * self.blocks.block_size)"),
+        ("late_turn_owes", "from the 7th request a decode is taken for an owed prefill",
+         "_walk_turn", "if not dec:", f"if not dec or {_LATE}:"),
+        ("victim_sixth_when_wide", "with more than 6 running the victim is the 6th, not the newest",
+         "_walk_turn", "victim = running[-1]",
+         "victim = running[5] if len(running) > 6 else running[-1]"),
         ("late_preempt_keeps_kv", "from the 7th request a preemption keeps its KV count",
          "_preempt", "r.num_computed = 0", f"r.num_computed = r.num_computed * {_LATE}"),
         ("late_admission_short", "from the 7th request an admission reserves for one token less",

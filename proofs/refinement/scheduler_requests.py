@@ -7,6 +7,11 @@ scheduler_request``), the ones ``SchedulerMachine`` builds every pass from:
 
 - ``turn (block size b)``: ``Scheduler._turn`` reads a running request as ``turn`` does
   (whether it decodes, whether that decode needs a block), changing nothing;
+- ``walk turn (block size b)``: one turn of step 1's walk (``_walk_turn``, on a running
+  list of any length that holds the turn's request at its index and the newest at its end,
+  and lets nothing else be read) is a step of S11's ``DecodeScan`` (free blocks, decodes,
+  owed, preempted, its blocks, still running), its victim the newest (S12's pick), the
+  next turn the next request; and a scan step for a request not running changes nothing;
 - ``take block (block size b)``: ``_take_block`` on a decode that needs a block is
   ``take_block`` (one block more, one free block less), for every well-formed request;
 - ``preempt``: ``_preempt`` is ``preempt`` for the victim (waiting, nothing computed, its
@@ -25,9 +30,10 @@ scheduler_request``), the ones ``SchedulerMachine`` builds every pass from:
 - ``undo``: ``_undo_chunk`` after either chunk leaves the request as it was before it.
 
 Each holds for every request, by its own numbers and its seq id, so from the 7th request
-on as for the first. Taken as given: the loops that hand these steps their requests (step
-1's walk over the running list, the commit's and ``update``'s over the batch): R3 (2
-requests), R4 (fixed traces to 12) and the lockstep (to 12 slots) tie those.
+on as for the first, and for any number running. Taken as given: the loops that hand these
+steps their requests (``_plan_decodes``' three lines over the walk's turns, the commit's
+and ``update``'s over the batch) and the running list's arrival order: R3 (2 requests), R4
+(fixed traces to 12), the lockstep (to 12 slots) and ``check_invariants`` tie those.
 """
 
 from __future__ import annotations
@@ -39,10 +45,17 @@ from typing import Any
 import z3
 
 from densegate.impl.sched.request import Request, RequestStatus
-from densegate.proofs.refinement.counted import Counted
 from densegate.proofs.refinement.gate import Replay
-from densegate.proofs.refinement.one_request import OnlyRequest, Stops, Tokens
-from densegate.proofs.refinement.scheduler_steps import BLOCK_SIZES, boot_config
+from densegate.proofs.refinement.one_request import (
+    code_view,
+    length,
+    req_of,
+    setup,
+    spec_view,
+    terms,
+    well,
+)
+from densegate.proofs.refinement.scheduler_steps import BLOCK_SIZES
 from densegate.proofs.refinement.step_checks import (
     Pre,
     Val,
@@ -50,61 +63,57 @@ from densegate.proofs.refinement.step_checks import (
     Views,
     build_checks,
     replay_views,
-    snapshot,
 )
 from densegate.proofs.refinement.symbolic import Classes, NoTracing, guarded
-from densegate.proofs.scheduler.life import request_ok
+from densegate.proofs.refinement.walk_views import (
+    grows,
+    preempt_views,
+    take_views,
+    turn_views,
+    walk_views,
+    walks,
+)
 from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_request import (
-    ABORTED,
     FINISHED,
     RUNNING,
     WAITING,
     Req,
     decodes,
     end_or_join,
-    preempt,
     reserve_and_run,
     sample,
-    take_block,
-    turn,
 )
 
 __all__ = ["PARAMS", "R6_ASSUME", "R6_CHECKS", "R6_CLASSES", "SPEC", "precondition", "replay"]
 
 SPEC = SchedulerMachine(1, 2)
-_INTS = ("P", "g", "c", "b", "M", "seq", "free", "n", "tok", "index")
+_INTS = (
+    "P",
+    "g",
+    "c",
+    "b",
+    "M",
+    "seq",
+    "free",
+    "n",
+    "tok",
+    "index",
+    "i",
+    "Pv",
+    "gv",
+    "cv",
+    "bv",
+    "Mv",
+)
 _BOOLS = ("stop", "queued", "running", "decode")
 PARAMS = (*_INTS, *_BOOLS)
-_ST = {
-    RequestStatus.WAITING: WAITING,
-    RequestStatus.RUNNING: RUNNING,
-    RequestStatus.FINISHED: FINISHED,
-    RequestStatus.ABORTED: ABORTED,
-}
-_FIELDS = ("status", "computed", "generated", "blocks", "free")
 
 
 def precondition(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     """A request as the scheduler holds one (prompt and length >= 1), counts >= 0."""
-    return z3.And(v["P"] >= 1, v["M"] >= 1, *[v[k] >= 0 for k in _INTS if k not in ("P", "M")])
-
-
-def _r(e: Mapping[str, z3.ExprRef], st: int, c: z3.ArithRef | None = None) -> Req:
-    return Req(z3.IntVal(st), e["c"] if c is None else c, e["g"], e["b"])
-
-
-def _well(st: int, bs: int = 2) -> Pre:
-    """The request is in state ``st`` and well-formed (S10's ``request_ok``)."""
-    return lambda e: z3.And(*request_ok(e["P"], e["M"], _r(e, st), bs))
-
-
-def _grows(bs: int) -> Pre:
-    def pre(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
-        t = turn(_r(e, RUNNING), e["P"], bs)
-        return z3.And(_well(RUNNING, bs)(e), t.grow, e["free"] >= 1)
-
-    return pre
+    ones = ("P", "M", "Pv", "Mv")
+    return z3.And(*[v[k] >= 1 for k in ones], *[v[k] >= 0 for k in _INTS if k not in ones])
 
 
 def _owes(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
@@ -115,13 +124,13 @@ def _owes(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
 def _admissible(bs: int) -> Pre:
     def pre(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
         need = SchedulerMachine(1, bs).admission_blocks(e["P"], e["g"])
-        return z3.And(_well(WAITING, bs)(e), _owes(e), e["free"] >= need)
+        return z3.And(well(WAITING, bs)(e), _owes(e), e["free"] >= need)
 
     return pre
 
 
 def _decoding(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
-    return z3.And(_well(RUNNING)(e), decodes(_r(e, RUNNING), e["P"]))
+    return z3.And(well(RUNNING)(e), decodes(req_of(e, RUNNING), e["P"]))
 
 
 def _at_end(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
@@ -130,96 +139,22 @@ def _at_end(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
 
 
 def _live(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
-    return z3.If(e["running"], _well(RUNNING)(e), _well(WAITING)(e))
+    return z3.If(e["running"], well(RUNNING)(e), well(WAITING)(e))
 
 
 def _undoable(e: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
-    return z3.If(e["decode"], _decoding(e), z3.And(_well(RUNNING)(e), _owes(e)))
-
-
-def _setup(cls: type, v: Mapping[str, Any], bs: int, st: RequestStatus) -> tuple[Any, Request]:
-    with NoTracing():
-        sched: Any = cls(boot_config(bs))
-        sched.blocks._free = Counted(v["free"])
-        r = Request("r", 0, Tokens(v["P"]), v["M"], 0, 0.0, Stops(v["stop"]))  # type: ignore[arg-type]
-        r.seq_id = v["seq"]
-        r.output_token_ids = Tokens(v["g"])  # type: ignore[assignment]
-        r.num_computed, r.status = v["c"], st
-        r.block_table = Counted(v["b"])  # type: ignore[assignment]
-        sched._by_seq = OnlyRequest(v["seq"], r)
-        return sched, r
-
-
-def _len(x: Any) -> Any:
-    """A list's length read natively (``len`` of a symbolic length needs tracing)."""
-    return x.n if isinstance(x, Counted) else len(x)
-
-
-def _code(sched: Any, r: Request) -> View:
-    got = (_ST[r.status], r.num_computed, _len(r.output_token_ids), _len(r.block_table),
-           _len(sched.blocks._free))  # fmt: skip
-    return dict(zip(_FIELDS, got, strict=True))
-
-
-def _spec(r: Req, free: z3.ArithRef) -> View:
-    return dict(zip(_FIELDS, (r.st, r.c, r.g, r.b, free), strict=True))
-
-
-def _mine(v: Mapping[str, Any], val: Val, st: int) -> Req:
-    return Req(z3.IntVal(st), val(v["c"]), val(v["g"]), val(v["b"]))
-
-
-def _turn_views(cls: type, v: Mapping[str, Any], val: Val, bs: int) -> tuple[View, View]:
-    sched, r = _setup(cls, v, bs, RequestStatus.RUNNING)
-    before = snapshot(sched, sched.blocks, r)
-    dec, grow = guarded(lambda: sched._turn(r), v)
-    with NoTracing():
-        t = turn(_mine(v, val, RUNNING), val(v["P"]), bs)
-        code: View = {"decodes": dec, "needs a block": grow}
-        code["unchanged"] = snapshot(sched, sched.blocks, r) == before
-        return code, {"decodes": t.dec, "needs a block": t.grow, "unchanged": True}
-
-
-def _take_views(cls: type, v: Mapping[str, Any], val: Val, bs: int) -> tuple[View, View]:
-    sched, r = _setup(cls, v, bs, RequestStatus.RUNNING)
-    guarded(lambda: sched._take_block(r), v)
-    with NoTracing():
-        mine = _mine(v, val, RUNNING)
-        r2, free, _ = take_block(mine, val(v["free"]), turn(mine, val(v["P"]), bs))
-        return _code(sched, r), _spec(r2, free)
-
-
-def _preempt_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
-    sched, r = _setup(cls, v, 2, RequestStatus.RUNNING)
-    queued = bool(v["queued"])
-    with NoTracing():
-        other = Request("o", 1, [1], 1, 0, 0.0)
-        other.head_pass = 0
-        sched.running = [r]
-        sched.waiting = collections.deque([other] if queued else [])
-    guarded(lambda: sched._preempt(r), v)
-    with NoTracing():
-        mine = _mine(v, val, RUNNING)
-        r2, free = preempt(mine, val(v["free"]), z3.BoolVal(True), SPEC.preempt_frees)
-        code, spec = _code(sched, r), _spec(r2, free)
-        code["queue"] = "front" if sched.waiting and sched.waiting[0] is r else "elsewhere"
-        code["running list"] = "without it" if r not in sched.running else "with it"
-        code["queued tokens"], spec["queued tokens"] = sched._queued_tokens, val(v["P"]) + r2.g
-        moved = r.head_pass == sched._pass and (not queued or other.head_pass is None)
-        code["head"] = "restamped" if moved else "stale"
-        spec.update({"queue": "front", "running list": "without it", "head": "restamped"})
-        return code, spec
+    return z3.If(e["decode"], _decoding(e), z3.And(well(RUNNING)(e), _owes(e)))
 
 
 def _chunk_views(
     code: View, spec: View, chunk: Any, r2: Req, P: z3.ArithRef, start: object, fed: object
 ) -> None:
-    code.update({"samples": chunk.sample, "start": chunk.start, "fed": _len(chunk.token_ids)})
+    code.update({"samples": chunk.sample, "start": chunk.start, "fed": length(chunk.token_ids)})
     spec.update({"samples": r2.c == P + r2.g, "start": start, "fed": fed})
 
 
 def _admit_views(cls: type, v: Mapping[str, Any], val: Val, bs: int) -> tuple[View, View]:
-    sched, r = _setup(cls, v, bs, RequestStatus.WAITING)
+    sched, r = setup(cls, v, bs, RequestStatus.WAITING)
     queued, tokens = bool(v["queued"]), v["P"] + v["g"]
     with NoTracing():
         other = Request("o", 1, [1], 1, 0, 0.0)
@@ -229,12 +164,12 @@ def _admit_views(cls: type, v: Mapping[str, Any], val: Val, bs: int) -> tuple[Vi
     with NoTracing():
         P, g, n = val(v["P"]), val(v["g"]), val(v["n"])
         need = SchedulerMachine(1, bs).admission_blocks(P, g)
-        mine = _mine(v, val, WAITING)
+        mine = terms(v, val, WAITING)
         t = z3.BoolVal(True)
         r2, free = reserve_and_run(
             mine, val(v["free"]), fire=t, chunk=n, admit=t, need=need, dec=z3.BoolVal(False)
         )
-        code, spec = _code(sched, r), _spec(r2, free)
+        code, spec = code_view(sched, r), spec_view(r2, free)
         _chunk_views(code, spec, chunk, r2, P, z3.IntVal(0), n)
         code["queue"] = "popped" if list(sched.waiting) == ([other] if queued else []) else "not"
         code["running list"] = "appended" if sched.running == [r] else "other"
@@ -244,42 +179,42 @@ def _admit_views(cls: type, v: Mapping[str, Any], val: Val, bs: int) -> tuple[Vi
 
 
 def _prefill_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
-    sched, r = _setup(cls, v, 2, RequestStatus.RUNNING)
+    sched, r = setup(cls, v, 2, RequestStatus.RUNNING)
     chunk = guarded(lambda: sched._prefill_chunk(r, v["n"]), v)
     with NoTracing():
-        mine, P, n, f = _mine(v, val, RUNNING), val(v["P"]), val(v["n"]), z3.BoolVal(False)
+        mine, P, n, f = terms(v, val, RUNNING), val(v["P"]), val(v["n"]), z3.BoolVal(False)
         r2, free = reserve_and_run(
             mine, val(v["free"]), fire=z3.BoolVal(True), chunk=n, admit=f, need=z3.IntVal(0),
             dec=f,
         )  # fmt: skip
-        code, spec = _code(sched, r), _spec(r2, free)
+        code, spec = code_view(sched, r), spec_view(r2, free)
         _chunk_views(code, spec, chunk, r2, P, mine.c, n)
         return code, spec
 
 
 def _decode_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
-    sched, r = _setup(cls, v, 2, RequestStatus.RUNNING)
+    sched, r = setup(cls, v, 2, RequestStatus.RUNNING)
     chunk = guarded(lambda: sched._decode_chunk(r), v)
     with NoTracing():
-        mine, P, f = _mine(v, val, RUNNING), val(v["P"]), z3.BoolVal(False)
+        mine, P, f = terms(v, val, RUNNING), val(v["P"]), z3.BoolVal(False)
         r2, free = reserve_and_run(
             mine, val(v["free"]), fire=f, chunk=z3.IntVal(0), admit=f, need=z3.IntVal(0),
             dec=decodes(mine, P),
         )  # fmt: skip
-        code, spec = _code(sched, r), _spec(r2, free)
+        code, spec = code_view(sched, r), spec_view(r2, free)
         _chunk_views(code, spec, chunk, r2, P, mine.c, z3.IntVal(1))
         code["prefill"], spec["prefill"] = chunk.is_prefill, z3.BoolVal(False)
         return code, spec
 
 
 def _sample_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
-    sched, r = _setup(cls, v, 2, RequestStatus.RUNNING)
+    sched, r = setup(cls, v, 2, RequestStatus.RUNNING)
     done = guarded(lambda: sched._sample(r, v["tok"], v["index"], 0.0), v)
     with NoTracing():
-        mine, P, M, stop = _mine(v, val, RUNNING), val(v["P"]), val(v["M"]), val(v["stop"])
+        mine, P, M, stop = terms(v, val, RUNNING), val(v["P"]), val(v["M"]), val(v["stop"])
         most = z3.If(stop, mine.g + 1, M)
         r2, free = sample(mine, val(v["free"]), scheduled=z3.BoolVal(True), prompt=P, most=most)
-        code, spec = _code(sched, r), _spec(r2, free)
+        code, spec = code_view(sched, r), spec_view(r2, free)
         code["finished"], spec["finished"] = done, r2.st == FINISHED
         code["indexed"], spec["indexed"] = sched._by_seq.req is not None, r2.st != FINISHED
         return code, spec
@@ -288,7 +223,7 @@ def _sample_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View
 def _abort_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
     running = bool(v["running"])
     st = RequestStatus.RUNNING if running else RequestStatus.WAITING
-    sched, r = _setup(cls, v, 2, st)
+    sched, r = setup(cls, v, 2, st)
     tokens = v["P"] + v["g"]
     with NoTracing():
         if running:
@@ -298,10 +233,10 @@ def _abort_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]
             sched._queued_tokens = tokens
     guarded(lambda: sched.abort(r), v)
     with NoTracing():
-        mine = _mine(v, val, RUNNING if running else WAITING)
+        mine = terms(v, val, RUNNING if running else WAITING)
         f = z3.BoolVal(False)
         r2, free = end_or_join(mine, val(v["free"]), abort=z3.BoolVal(True), arrive=f)
-        code, spec = _code(sched, r), _spec(r2, free)
+        code, spec = code_view(sched, r), spec_view(r2, free)
         off = r not in sched.running and r not in sched.waiting
         code["lists"], spec["lists"] = "without it" if off else "with it", "without it"
         code["queued tokens"], spec["queued tokens"] = sched._queued_tokens, z3.IntVal(0)
@@ -310,14 +245,14 @@ def _abort_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]
 
 
 def _undo_views(cls: type, v: Mapping[str, Any], val: Val) -> tuple[View, View]:
-    sched, r = _setup(cls, v, 2, RequestStatus.RUNNING)
+    sched, r = setup(cls, v, 2, RequestStatus.RUNNING)
     if v["decode"]:
         chunk = guarded(lambda: sched._decode_chunk(r), v)
     else:
         chunk = guarded(lambda: sched._prefill_chunk(r, v["n"]), v)
     guarded(lambda: sched._undo_chunk(chunk), v)
     with NoTracing():
-        return _code(sched, r), _spec(_mine(v, val, RUNNING), val(v["free"]))
+        return code_view(sched, r), spec_view(terms(v, val, RUNNING), val(v["free"]))
 
 
 def _at(views: Any, bs: int) -> Views:
@@ -340,19 +275,20 @@ R6_ASSUME: dict[str, Pre] = {}
 """Entry -> what its request is (beside ``precondition``): its state, and what the step
 is handed (a decode that needs a block, a chunk within what it owes, ...)."""
 for _name, _views, _pre in (
-    ("turn", _turn_views, None),
-    ("take block", _take_views, _grows),
+    ("turn", turn_views, None),
+    ("take block", take_views, grows),
+    ("walk turn", walk_views, walks),
     ("admission", _admit_views, _admissible),
 ):
     _v, _a = _per_block(_name, _views, _pre)
     _VIEWS.update(_v)
     R6_ASSUME.update(_a)
 _VIEWS.update(
-    {"preempt": _preempt_views, "prefill chunk": _prefill_views, "decode chunk": _decode_views,
+    {"preempt": preempt_views, "prefill chunk": _prefill_views, "decode chunk": _decode_views,
      "sample": _sample_views, "abort": _abort_views, "undo": _undo_views}
 )  # fmt: skip
 R6_ASSUME.update(
-    {"preempt": _well(RUNNING), "prefill chunk": lambda e: z3.And(_well(RUNNING)(e), _owes(e)),
+    {"preempt": well(RUNNING), "prefill chunk": lambda e: z3.And(well(RUNNING)(e), _owes(e)),
      "decode chunk": _decoding, "sample": _at_end, "abort": _live, "undo": _undoable}
 )  # fmt: skip
 R6_CHECKS = build_checks(

@@ -87,7 +87,7 @@ _SHIFT = "(num_tokens + self.block_size - 1) >> (self.block_size.bit_length() - 
 R4_MUTANTS: tuple[CodeMutant, ...] = (
     CodeMutant("victim_sixth_when_wide",
                "with more than 6 running, KV exhaustion preempts running[5], not the newest",
-               Scheduler, "_plan_decodes", "victim = running[-1]",
+               Scheduler, "_walk_turn", "victim = running[-1]",
                "victim = running[5] if len(running) > 6 else running[-1]"),
     CodeMutant("admission_scans_six", "admission scans only the first 6 waiting requests",
                Scheduler, "_plan_prefill", "scan(self._admit_step, begin, self.waiting)",

@@ -85,7 +85,7 @@ PLANTED: tuple[Planted, ...] = (
     Planted(
         CodeMutant("victim_sixth_when_wide",
                    "with more than 6 running, KV exhaustion preempts running[5], not the newest",
-                   Scheduler, "_plan_decodes", "victim = running[-1]",
+                   Scheduler, "_walk_turn", "victim = running[-1]",
                    "victim = running[5] if len(running) > 6 else running[-1]"),
         (_OLD, (REGIMES, BLOCK_SIZES)),
         (WIDE, (1,)),
