@@ -314,8 +314,8 @@ REFINEMENT_OBLIGATIONS.append(
         "execution (CrossHair) of every path; unbounded ints; every list an opaque length "
         "(any length: token lists, the owed list, the queue, the folds' results); block "
         "sizes 1, 2, 3, 4, 5, 16; taken as given: the fold loop (impl/sched/steps.py scan) "
-        "and step 1's lists (R3, R4); chunked and unchunked prefill, admission stopped and "
-        "open, each reached by an explored path",
+        "and step 1's lists (each turn R6, the walk's loop R3, R4); chunked and unchunked "
+        "prefill, admission stopped and open, each reached by an explored path",
         steps.SPEC,
         steps.precondition,
         steps.R5_CLASSES,

@@ -23,7 +23,8 @@ with CrossHair on every path and unbounded ints:
 Taken as given: ``scan`` runs the step on each item in order until the totals are
 ``done`` (a five-line loop, tested by Hypothesis); the owed list and the queue hold their
 requests in arrival order and the owed list is the running requests that do not decode
-(step 1's work: R3 at 2 requests, R4 on fixed traces, ``check_invariants`` at run time).
+(step 1's work: each of its turns R6, for any number running; its loop R3 at 2 requests,
+R4 on fixed traces; the order ``check_invariants`` at run time).
 Block sizes are Python ints in the spec, so step 3 is proved at each of ``BLOCK_SIZES``.
 """
 
