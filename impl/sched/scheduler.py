@@ -38,7 +38,6 @@ from densegate.impl.sched.steps import (
     AdmitTotals,
     PartialTotals,
     admit_next,
-    decode_turn,
     owed_chunk,
     scan,
 )
@@ -135,9 +134,10 @@ class Scheduler:
         decodes: list[Request] = []
         preempted: list[Request] = []
         owed: list[Request] = []
+        turn = self._walk_turn
         i = 0
         while i < len(running):
-            i = self._walk_turn(running, i, decodes, preempted, owed)
+            i = turn(running, i, decodes, preempted, owed)
         # Preemption takes running[-1], always at or after i: every request in
         # owed is still running, in running-list order.
         return decodes, preempted, owed
@@ -299,14 +299,12 @@ class Scheduler:
 
     # -- one request's part of a pass (each proved against the spec's step: R6) ------
     def _turn(self, r: Request) -> tuple[bool, bool]:
-        """Step 1's reading of a running request: (it decodes, its decode needs a block)."""
-        return decode_turn(
-            len(r.prompt_token_ids),
-            len(r.output_token_ids),
-            r.num_computed,
-            len(r.block_table),
-            self.blocks.block_size,
-        )
+        """Step 1's reading of a running request: (it decodes: a token sampled and every token
+        but that one computed; its decode needs a block: its blocks cannot hold the token)."""
+        out = len(r.output_token_ids)
+        total = len(r.prompt_token_ids) + out
+        dec = out > 0 and r.num_computed == total - 1
+        return dec, dec and len(r.block_table) * self.blocks.block_size < total
 
     def _take_block(self, r: Request) -> None:
         """Step 1: the block a decode that crosses into a new one takes."""

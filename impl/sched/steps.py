@@ -1,5 +1,4 @@
-"""Steps 1-3 of a pass as one step per request (a decode turn, owed chunks, FCFS admission),
-and the fold.
+"""Steps 2-3 of a pass (owed chunks, FCFS admission) as one step per request, and the fold.
 
 ``Scheduler._plan_prefill`` runs each phase as ``scan`` of one of these steps over a
 list of requests (the running ones that owe prefill, then the waiting queue). Each
@@ -9,8 +8,8 @@ step of the same name for every input, and proves the planning glue hands ``scan
 the whole lists and composes the phases as the spec does, for lists of any length.
 A phase stops once its totals are ``done``: from there its step changes nothing
 (R5 proves that too), so stopping early is the same fold, in O(admitted) time.
-Step 1's reading of a decode turn (``decode_turn``) is what ``Scheduler._turn`` returns;
-R6 (``densegate.proofs.refinement.scheduler_requests``) proves it the spec's ``turn``.
+Step 1's turns are ``Scheduler._walk_turn``, which R6
+(``densegate.proofs.refinement.scheduler_requests``) proves a step of the spec's decode scan.
 """
 
 from __future__ import annotations
@@ -18,18 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import NamedTuple, Protocol, TypeVar
 
-__all__ = ["AdmitTotals", "PartialTotals", "admit_next", "decode_turn", "owed_chunk", "scan"]
-
-
-def decode_turn(
-    prompt: int, generated: int, computed: int, held: int, block_size: int
-) -> tuple[bool, bool]:
-    """Step 1's reading of a running request: whether it decodes (a token sampled, every
-    token but that one computed) and whether that decode needs a block (its ``held`` blocks
-    cannot hold the token it computes)."""
-    total = prompt + generated
-    dec = generated > 0 and computed == total - 1
-    return dec, dec and held * block_size < total
+__all__ = ["AdmitTotals", "PartialTotals", "admit_next", "owed_chunk", "scan"]
 
 
 class PartialTotals(NamedTuple):

@@ -14,7 +14,7 @@ R6_MUTANTS: tuple[CodeMutant, ...] = tuple(
     CodeMutant(name, description, Scheduler, method, old, new)
     for name, description, method, old, new in (
         ("late_turn_reads_small_blocks", "from the 7th request its blocks read one position short",
-         "_turn", "len(r.block_table),", f"len(r.block_table) - {_LATE},"),
+         "_turn", "len(r.block_table) *", f"(len(r.block_table) - {_LATE}) *"),
         ("late_decode_takes_two", "from the 7th request a growing decode takes too many",
          "_take_block", "r.num_tokens)", f"r.num_tokens + {_LATE} * self.blocks.block_size)"),
         ("late_turn_owes", "from the 7th request a decode is taken for an owed prefill",
