@@ -31,7 +31,7 @@ scheduler_request``), the ones ``SchedulerMachine`` builds every pass from:
 
 Each holds for every request, by its own numbers and its seq id, so from the 7th request
 on as for the first, and for any number running. Taken as given: the loops that hand these
-steps their requests (``_plan_decodes``' three lines over the walk's turns, the commit's
+steps their requests (``_plan_decodes``' loop over the walk's turns, the commit's
 and ``update``'s over the batch) and the running list's arrival order: R3 (2 requests), R4
 (fixed traces to 12), the lockstep (to 12 slots) and ``check_invariants`` tie those.
 """
