@@ -14,12 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import z3
 
 from densegate.impl.sched.scheduler import Scheduler
 from densegate.proofs.refinement import scheduler_requests as requests
 from densegate.proofs.refinement.scheduler_request_mutants import R6_MUTANTS
 from densegate.proofs.refinement.symbolic import explore
 from densegate.proofs.registry import level
+from densegate.spec.scheduler_request import WAITING
 from tests.support.prove_run import prove_run
 
 _BY_NAME = {m.name: m for m in R6_MUTANTS}
@@ -120,3 +122,24 @@ def test_a_stop_token_ignored_is_caught() -> None:
 
     out = explore(requests.R6_CHECKS["sample"](NoStop))
     assert out.status == "refuted" and "finished" in out.detail, out
+
+
+def test_a_scan_step_that_counts_a_request_not_running_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The walk turn's skipped-requests clause can fail on its own: a decode scan that counts
+    a waiting request as owing agrees with the shipped turn on running ones, but would not be
+    the scan of the running list alone."""
+    from densegate.proofs.refinement import walk_views
+    from densegate.spec.decode_scan import DecodeScan
+    from densegate.spec.machine import Command
+
+    class Loose(DecodeScan):
+        def commands(self, p: Any, s: Any, o: Any) -> Any:
+            (cmd,) = super().commands(p, s, o)
+            nxt = dict(cmd.next, owing=cmd.next["owing"] + z3.If(o["st"] == WAITING, 1, 0))
+            return [Command(cmd.name, cmd.guard, cmd.out, nxt)]
+
+    monkeypatch.setattr(walk_views, "DecodeScan", Loose)
+    out = explore(requests.R6_CHECKS["walk turn (block size 2)"](Scheduler))
+    assert out.status == "refuted" and out.detail.endswith("on others skipped"), out

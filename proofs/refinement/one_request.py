@@ -21,10 +21,12 @@ from densegate.proofs.refinement.scheduler_steps import boot_config
 from densegate.proofs.refinement.step_checks import Pre, Val, View
 from densegate.proofs.refinement.symbolic import NoTracing
 from densegate.proofs.scheduler.life import request_ok
+from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_request import ABORTED, FINISHED, RUNNING, WAITING, Req
 
 __all__ = [
     "FIELDS",
+    "SPEC",
     "STATUS",
     "Ends",
     "OnlyRequest",
@@ -40,6 +42,8 @@ __all__ = [
     "well",
 ]
 
+SPEC = SchedulerMachine(1, 2)
+"""The machine whose hooks (``preempt_frees``) R6's block-size-free checks are judged by."""
 STATUS = {
     RequestStatus.WAITING: WAITING,
     RequestStatus.RUNNING: RUNNING,

@@ -47,6 +47,7 @@ import z3
 from densegate.impl.sched.request import Request, RequestStatus
 from densegate.proofs.refinement.gate import Replay
 from densegate.proofs.refinement.one_request import (
+    SPEC,
     code_view,
     length,
     req_of,
@@ -87,7 +88,6 @@ from densegate.spec.scheduler_request import (
 
 __all__ = ["PARAMS", "R6_ASSUME", "R6_CHECKS", "R6_CLASSES", "SPEC", "precondition", "replay"]
 
-SPEC = SchedulerMachine(1, 2)
 _INTS = (
     "P",
     "g",

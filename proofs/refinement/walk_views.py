@@ -14,6 +14,7 @@ import z3
 
 from densegate.impl.sched.request import Request, RequestStatus
 from densegate.proofs.refinement.one_request import (
+    SPEC,
     STATUS,
     Ends,
     code_view,
@@ -33,8 +34,6 @@ from densegate.spec.scheduler import SchedulerMachine
 from densegate.spec.scheduler_request import RUNNING, WAITING, Req, preempt, take_block, turn
 
 __all__ = ["grows", "preempt_views", "take_views", "turn_views", "walk_views", "walks"]
-
-SPEC = SchedulerMachine(1, 2)
 
 
 def grows(bs: int) -> Pre:
