@@ -148,9 +148,8 @@ LEVELS: tuple[Level, ...] = (
     Level(
         "refinement",
         "the shipped PrefillGate refines its machine (R1), every path, gate and STALL valve on "
-        "and off; the shipped Scheduler plans prefill as the spec for any number of requests "
-        "(R5), block sizes 1-5 and 16",
-        ("R1", "R5"),
+        "and off",
+        ("R1",),
         (Source("densegate.proofs.refinement.obligations", "GATE_REFINEMENT_OBLIGATIONS"),),
     ),
     Level(
@@ -165,12 +164,14 @@ LEVELS: tuple[Level, ...] = (
         "refinement-scheduler",
         "the shipped Scheduler plans as the spec scheduler (R3), every path at 2 requests, "
         "block size 2, and runs as it on fixed traces at 8 and 12 requests, block sizes 1, 3, "
-        "5, 16 (R4); and does to each request what the spec's per-request steps do, any "
+        "5, 16 (R4); plans prefill as the spec for any number of requests, block sizes 1-5 "
+        "and 16 (R5); and does to each request what the spec's per-request steps do, any "
         "number of requests (R6)",
-        ("R3", "R4", "R6"),
+        ("R3", "R4", "R5", "R6"),
         (
             Source("densegate.proofs.refinement.obligations", "SCHEDULER_REFINEMENT_OBLIGATIONS"),
             Source("densegate.proofs.refinement.scheduler_wide", "WIDE_OBLIGATIONS"),
+            Source("densegate.proofs.refinement.obligations", "PLAN_REFINEMENT_OBLIGATIONS"),
             Source("densegate.proofs.refinement.obligations", "REQUEST_REFINEMENT_OBLIGATIONS"),
         ),
         default=False,

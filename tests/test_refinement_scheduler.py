@@ -42,7 +42,7 @@ def result(proved: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_registered_as_its_own_level_with_its_bound() -> None:
-    assert [o.id for o in level("refinement-scheduler").obligations()] == ["R3", "R4", "R6"]
+    assert [o.id for o in level("refinement-scheduler").obligations()] == ["R3", "R4", "R5", "R6"]
     (ob,) = SCHEDULER_REFINEMENT_OBLIGATIONS
     assert ob.bound == "2 requests, block size 2" == f"{r3.SLOTS} requests, block size 2"
     # the statement itself names the bound, as the property table words it

@@ -32,8 +32,9 @@ def result() -> dict[str, Any]:
     return prove_run().by_id["R5"]
 
 
-def test_in_the_default_refinement_level() -> None:
-    assert level("refinement").ids == ("R1", "R5") and level("refinement").default
+def test_in_the_scheduler_refinement_level_not_the_default() -> None:
+    lv = level("refinement-scheduler")
+    assert "R5" in lv.ids and not lv.default and "R5" not in level("refinement").ids
 
 
 def test_reported_proved_parametric_with_its_fixed_block_sizes(result: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ def result() -> dict[str, Any]:
 
 
 def test_registered_beside_r3_as_a_bounded_check_on_named_traces() -> None:
-    assert level("refinement-scheduler").ids == ("R3", "R4", "R6")
+    assert level("refinement-scheduler").ids == ("R3", "R4", "R5", "R6")
     assert R4.statement == STATEMENT and "fixed traces" in STATEMENT
     assert R4.bound.startswith("32 traces (4 per size: 2 enumerated bursts, 2 seeded)")
     assert "8 and 12 requests, block sizes 1, 3, 5, 16" in R4.bound
