@@ -55,7 +55,7 @@ from densegate.impl.dp.hooks import RankHooks, chain
 from densegate.impl.dp.launch import DPResult, Interrupted, launch, rank_main
 from densegate.impl.dp.report import RankReport
 from densegate.impl.dp.summary import by_phase, merge_reports
-from densegate.impl.settings import flagged
+from densegate.impl.settings import flagged, pairing, setting
 from densegate.impl.traces.workload import TraceRequest
 from densegate.lab.dp.inject import Fault, FaultHooks, check_faults
 from densegate.lab.dp.phases import bench_phases
@@ -99,6 +99,9 @@ def _dp_config(args: argparse.Namespace, runner: str) -> DPConfig:
         timed_rounds=getattr(args, "timed_rounds", 0),
     )
     flags: dict[str, Any] = {s.name: getattr(args, s.name, None) for s in flagged()}
+    why = pairing(flags, lambda name: setting(name).flag)
+    if why is not None:
+        raise ValueError(why)
     return DPConfig(
         engine,
         router=getattr(args, "router", "round-robin"),

@@ -101,7 +101,11 @@ class AlignedGateConfig:
     (no-decode ranks included) with ``Decision.cap =
     pace_tokens`` on every rank, so no rank's prefill stretches the tick past the
     cost model's ridge (the cap comes from the cost model: ``densegate tune --dp``).
-    ALIGNED, STALL and BUDGET are then never reached.
+    ALIGNED, STALL and BUDGET are then never reached. ``surge_tokens`` (None = off: the
+    cap stays ``pace_tokens``) is the cap of a PACED tick where some rank is filled: that
+    rank holds a dense pass's worth of prefill, which ``pace_tokens`` would take
+    ``dense_tokens / pace_tokens`` ticks to clear while its requests' first tokens wait;
+    it needs ``pace_tokens`` and is at least it.
     """
 
     dense_tokens: int
@@ -112,9 +116,10 @@ class AlignedGateConfig:
     kv_pressure_valve: bool = False
     align_ticks: int | None = None
     pace_tokens: int | None = None
+    surge_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        validate("AlignedGateConfig", self)  # each field's range: densegate.impl.settings
+        validate("AlignedGateConfig", self)  # each field's range, and surge >= pace
 
     @property
     def fill_tokens(self) -> int:
@@ -154,6 +159,7 @@ class AlignedGate:
         "_last_fill",
         "_paced",
         "_stall",
+        "_surged",
         "_world",
     )
 
@@ -175,6 +181,8 @@ class AlignedGate:
         self._paced = pace is not None
         self._decisions = dict(_DECISIONS)  # PACED carries the cap
         self._decisions[Reason.PACED] = Decision(True, Reason.PACED, pace)
+        surge = pace if config.surge_tokens is None else config.surge_tokens
+        self._surged = Decision(True, Reason.PACED, surge)  # a PACED tick with a filled rank
         self._h = 0
         self._last_fill = 0
         self._grew_at = 0
@@ -259,7 +267,8 @@ class AlignedGate:
         ):
             reason = Reason.DENSE
         elif self._paced:
-            reason = Reason.PACED
+            self._h = 0
+            return self._surged if filled > 0 else self._decisions[Reason.PACED]
         elif self._aligned(waiting_ranks + vacant):
             reason = Reason.ALIGNED
         elif self._stall > 0 and tick - self._grew_at >= self._stall:

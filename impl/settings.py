@@ -1,8 +1,8 @@
 """The aligned gate's settings, each declared once: its type, range, default and meaning.
 
 Every reader of a gate setting derives from ``SETTINGS``: ``AlignedGateConfig``'s
-validation (``validate``), ``densegate run``'s ``--align-ticks`` and ``--pace-tokens``
-(``flagged``), ``DPConfig``'s pass-through to the gate, the keys vLLM's
+validation (``validate``), ``densegate run``'s ``--align-ticks``, ``--pace-tokens`` and
+``--surge-tokens`` (``flagged``), ``DPConfig``'s pass-through to the gate, the keys vLLM's
 ``additional_config['densegate']`` and SGLang's ``DENSEGATE_SGLANG`` read (``keys``,
 ``read``) and the settings table of docs/DATA_PARALLEL.md (``table``). A setting
 added here is taken by each of them; the config dataclasses still spell their
@@ -37,6 +37,7 @@ __all__ = [
     "carried",
     "flagged",
     "keys",
+    "pairing",
     "read",
     "setting",
     "table",
@@ -75,7 +76,8 @@ class Setting:
     made from this declaration (``metavar`` its value's name). ``carriers`` read it, under
     its name unless ``renamed`` gives another for a carrier. ``caps``: turning it
     on makes decisions carry ``Decision.cap``, which the engine's scheduler must
-    apply (an integration that does not refuses it).
+    apply (an integration that does not refuses it). ``at_least``: another optional
+    setting this one needs on beside it, with this value at least that one's.
     """
 
     name: str
@@ -89,6 +91,7 @@ class Setting:
     carriers: tuple[str, ...] = ()
     renamed: tuple[tuple[str, str], ...] = ()
     caps: bool = False
+    at_least: str = ""
 
     @property
     def rule(self) -> str:
@@ -177,6 +180,10 @@ SETTINGS: tuple[Setting, ...] = (
             "can fill densely fires PACED, each rank's prefill capped at C tokens (D9-D12)",
             low=1, off="the paced release off", flag="--pace-tokens", metavar="C",
             carriers=(DP, VLLM, VLLM_DP, SGLANG), caps=True),
+    Setting("surge_tokens", "int", None, "a PACED tick where some rank is filled caps each "
+            "rank's prefill at S tokens instead (>= pace_tokens; D10)", low=1,
+            off="the surge cap off", flag="--surge-tokens", metavar="S",
+            carriers=(DP, VLLM, VLLM_DP, SGLANG), caps=True, at_least="pace_tokens"),
 )  # fmt: skip
 """Every gate setting, in ``AlignedGateConfig``'s field order."""
 
@@ -208,9 +215,28 @@ def flagged() -> tuple[Setting, ...]:
 
 
 def validate(owner: str, config: object) -> None:
-    """Check every declared field of ``config`` (an ``AlignedGateConfig``), in order."""
+    """Check every declared field of ``config`` (an ``AlignedGateConfig``), in order, then
+    each ``at_least`` between two of them."""
     for s in SETTINGS:
         s.check(owner, getattr(config, s.name))
+    values = {s.name: getattr(config, s.name) for s in SETTINGS}
+    why = pairing(values, lambda name: f"{owner}.{name}")
+    if why is not None:
+        raise ValueError(why)
+
+
+def pairing(values: Mapping[str, object], where: Callable[[str], str]) -> str | None:
+    """Why ``values`` (by field name, each already in its own range) break an ``at_least``
+    (``where`` names a field as its reader spells it), or None."""
+    for s in SETTINGS:
+        value, base = values.get(s.name), values.get(s.at_least)
+        if not s.at_least or value is None:
+            continue
+        if base is None:
+            return f"{where(s.name)} is {value!r}, which needs {where(s.at_least)} set"
+        if value < base:  # type: ignore[operator]
+            return f"{where(s.name)} must be >= {where(s.at_least)}={base!r}, got {value!r}"
+    return None
 
 
 def read(
@@ -245,6 +271,9 @@ def read(
         if why is not None:
             raise ValueError(why)
         out[s.name] = value
+    why = pairing(out, lambda name: where(str(setting(name).key(carrier))))
+    if why is not None:
+        raise ValueError(why)
     return out
 
 

@@ -330,6 +330,22 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
         _paced_cap(lambda p, s, o: z3.If(o["lw"] == 1, p["Cp"], 0)),
         "the cap only on ranks with waiting work of their own: an idle rank fires uncapped",
     ),
+    "surge_ignored": (
+        _paced_cap(lambda p, s, o: p["Cp"]),
+        "a tick with a filled rank keeps pace_tokens: the surge cap is never given",
+    ),
+    "surge_always": (
+        _paced_cap(lambda p, s, o: p["Cs"]),
+        "every PACED tick carries the surge cap, filled rank or not",
+    ),
+    "surge_on_aggregate": (
+        _paced_cap(lambda p, s, o: z3.If(o["F"] >= p["T"], p["Cs"], p["Cp"])),
+        "the surge judged on the aggregate fill (T tokens over all ranks), not on a filled rank",
+    ),
+    "surge_local": (
+        _paced_cap(lambda p, s, o: z3.If(o["lfl"] == 1, p["Cs"], p["Cp"])),
+        "the surge judged on this rank's own fill: ranks cap differently on one tick",
+    ),
 }
 
 

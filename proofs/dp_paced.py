@@ -33,8 +33,10 @@ PACED_STATEMENTS: Mapping[str, str] = {
     "(so no HOLD while work waits, W > 0) and ALIGNED, STALL and BUDGET never fire; PACED "
     "only with it on",
     "D10": "paced cap: a decision's cap is Cp (the configured pace_tokens) on a PACED fire "
-    "and none (0) on every other, so every capped fire has cmin <= cap <= cmax (the spec "
-    "takes Cp as any value there); a tick where every rank waits and F >= T*N is uncapped",
+    "where no rank is filled, Cs (surge_tokens) on one where some rank's own fill reaches T "
+    "(Fl > 0), and none (0) on every other, so every capped fire has cmin <= cap <= cmax (the "
+    "spec takes any cmin <= Cp <= Cs <= cmax); a tick where every rank waits and F >= T*N "
+    "is uncapped",
     "D11": "first token, paced: a request with Q >= 1 prefill tokens ahead of it on its rank "
     "(its own included) gets its first token within ceil(Q/cmin) ticks, whatever the other "
     "ranks do: each tick k it still waits has (k-1)*cmin < Q, so k <= ceil(Q/cmin) (by "
@@ -53,7 +55,8 @@ PACED_STATEMENTS: Mapping[str, str] = {
 
 
 def _readable(p: Vars) -> z3.BoolRef:
-    small = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3, "Cp": 4, "cmax": 6, "Q": 6, "cap": 6}
+    small = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3, "Cp": 4, "Cs": 6, "cmax": 6, "Q": 6,
+             "cap": 6}  # fmt: skip
     return z3.And(*[p[k] <= v for k, v in small.items() if k in p])
 
 
@@ -74,8 +77,9 @@ def _dense(p: Vars, o: Vars) -> z3.BoolRef:
 def _d10(st: Step) -> z3.BoolRef:
     p, o, cap = st.p, st.o, st.out["cap"]
     paced = st.out["reason"] == reason("PACED")
+    pace = z3.If(o["Fl"] > 0, p["Cs"], p["Cp"])  # stated apart from the machine's surge_cap
     return z3.And(
-        cap == z3.If(paced, p["Cp"], 0),
+        cap == z3.If(paced, pace, 0),
         z3.Implies(paced, z3.And(p["cmin"] <= cap, cap <= p["cmax"])),
         z3.Implies(_dense(p, o), cap == 0),
     )
@@ -217,7 +221,10 @@ PACED_OBLIGATIONS: list[Obligation] = [
     _dp(
         "D10",
         _d10,
-        ["paced_before_dense", "paced_cap_dense_tokens", "paced_uncapped", "paced_cap_split"],
+        [
+            *("paced_before_dense", "paced_cap_dense_tokens", "paced_uncapped", "paced_cap_split"),
+            *("surge_ignored", "surge_always", "surge_on_aggregate"),
+        ],
     ),
     Obligation(
         id="D11",

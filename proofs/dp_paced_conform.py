@@ -7,7 +7,8 @@ from ``GateConfig``, which has no paced mode. This half judges a gate built as
 Decision`` and ``hold_passes`` (``densegate.impl.dp_gate.AlignedGate`` is one), as a black
 box from a fresh gate: CrossHair explores every path of every run of ``passes`` ticks,
 over every config (B, K, N >= 1, gate, KV valve, STALL valve (any S >= 0), aligned
-release (any A >= 0) and paced mode (any ``pace_tokens`` >= 1) each on or off; the fill
+release (any A >= 0), paced mode (any ``pace_tokens`` >= 1) and its surge cap (any
+``surge_tokens`` >= ``pace_tokens``) each on or off; the fill
 threshold any T in [1, B], handed to the gate as ``config.fill_tokens``, which it must
 read there) and every reduced vector and tick the spec admits, all unbounded ints.
 Each property is one symbolic question per path:
@@ -17,7 +18,8 @@ Each property is one symbolic question per path:
   carried beside the gate's from the initial one;
 - ``D9``: with the paced mode on every tick FIREs, never ALIGNED, STALL or BUDGET;
   PACED only with it on;
-- ``D10``: the cap is ``pace_tokens`` on a PACED fire and None on every other decision;
+- ``D10``: the cap is ``pace_tokens`` on a PACED fire with no filled rank, ``surge_tokens``
+  (``pace_tokens`` with the surge off) on one with a filled rank, None on every other;
   a tick where every rank waits and the fill reaches T*N is uncapped (the spec's
   ``cmin <= cap <= cmax`` is no input of a gate, so it is not judged here).
 
@@ -70,8 +72,8 @@ __all__ = [
 ALIGNED_IDS = ("agreement", "D9", "D10")
 _PROPS = {p.id: p for p in ALIGNED_PROPERTIES if p.id in ALIGNED_IDS}
 """Worded as the sampled aligned kit words them: one table, ``ALIGNED_PROPERTIES``."""
-PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp")
-_BOOLS = ("kv", "enabled", "al", "pc")
+PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "Cs", "sg")
+_BOOLS = ("kv", "enabled", "al", "pc", "sg")
 _OBS = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va", "t")
 
 ALIGNED_CLASSES: Classes = {
@@ -79,6 +81,7 @@ ALIGNED_CLASSES: Classes = {
     "gate off": lambda v: z3.Not(v["enabled"]),
     "paced mode on": lambda v: v["pc"],
     "paced mode off": lambda v: z3.Not(v["pc"]),
+    "surge cap on": lambda v: z3.And(v["pc"], v["sg"]),
 }
 """The configuration classes every property's check must reach on some explored path."""
 
@@ -99,14 +102,15 @@ def _config(v: Mapping[str, Any]) -> AlignedGateConfig:
     with NoTracing():
         cls = type("AlignedGateConfig", (_Config,), {"T": v["T"], "__module__": __name__})
     return cls(v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"],  # type: ignore[no-any-return]
-               v["A"] if v["al"] else None, v["Cp"] if v["pc"] else None)  # fmt: skip
+               v["A"] if v["al"] else None, v["Cp"] if v["pc"] else None,
+               v["Cs"] if v["pc"] and v["sg"] else None)  # fmt: skip
 
 
 def _pre(ticks: int) -> Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef]:
     def pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
         B, N = v["B"], v["N"]
         conds = [B >= 1, v["K"] >= 1, N >= 1, v["T"] >= 1, v["T"] <= B, v["S"] >= 0]
-        conds += [v["A"] >= 0, v["Cp"] >= 1]
+        conds += [v["A"] >= 0, v["Cp"] >= 1, v["Cs"] >= v["Cp"]]
         for i in range(ticks):
             W, F, D, P, C, Fl, Nd, Va, t = (v[f"{k}{i}"] for k in _OBS)
             conds += [W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0]
@@ -144,7 +148,9 @@ def _chosen(cmds: Sequence[Command], key: str, part: str) -> z3.ExprRef:
 
 def _judge(pid: str, v: Mapping[str, Any], steps: Sequence[tuple[Any, ...]]) -> z3.BoolRef:
     """The property over one run, as one formula (the spec's terms for agreement)."""
-    p = {k: term(v[k]) for k in PARAMS} | {"cmin": z3.IntVal(1), "cmax": term(v["Cp"])}
+    surge = z3.If(term(v["sg"]), term(v["Cs"]), term(v["Cp"]))  # surge off: the spec's Cs = Cp
+    p = {k: term(v[k]) for k in PARAMS if k != "sg"} | {"Cs": surge}
+    p |= {"cmin": z3.IntVal(1), "cmax": surge}
     s: dict[str, z3.ExprRef] = {"h": z3.IntVal(0), "q": z3.IntVal(0), "g": z3.IntVal(0)}
     conds = []
     for i, (fire, why, cap, h2) in enumerate(steps):
@@ -163,7 +169,8 @@ def _judge(pid: str, v: Mapping[str, Any], steps: Sequence[tuple[Any, ...]]) -> 
             conds.append(z3.Implies(r == reason("PACED"), p["pc"]))
         else:
             dense = z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
-            conds += [c == z3.If(r == reason("PACED"), p["Cp"], 0), z3.Implies(dense, c == 0)]
+            pace = z3.If(o["Fl"] > 0, p["Cs"], p["Cp"])
+            conds += [c == z3.If(r == reason("PACED"), pace, 0), z3.Implies(dense, c == 0)]
     return z3.And(*conds) if conds else z3.BoolVal(True)
 
 
@@ -226,7 +233,8 @@ class AlignedProofReport:
         lines = [
             f"densegate conform --prove --aligned {self.target}: every path of every run of "
             f"{self.ticks} ticks from a fresh gate, all configs (B, K, N >= 1, T in [1, B]; "
-            "gate, KV valve, STALL valve, aligned release and paced mode each on and off) and "
+            "gate, KV valve, STALL valve, aligned release, paced mode and surge cap each on and "
+            "off) and "
             f"reduced vectors (unbounded ints), {self.seconds:.1f} s"
         ]
         width = max(len(r.prop.label) for r in self.results)

@@ -5,9 +5,11 @@ One rank's copy of the gate. Parameters: ``B`` (dense_tokens), ``K``
 fill threshold ``ceil(target_fill * B)``, ``S`` stall ticks (0 = off), ``kv``
 (KV-pressure valve on), ``enabled``, ``al`` (the aligned release on) and ``A``
 (its ``align_ticks``: fire once every rank waits or is vacant and ``h >= A``), ``pc`` (the paced
-mode on) and ``Cp`` (its cap, ``pace_tokens``; a cost model outside the spec picks it,
-so the spec takes any value in ``[cmin, cmax]``, the least prefill a fire runs and the
-pass's token budget, which the gate itself never reads). State: ``h``
+mode on), ``Cp`` (its cap, ``pace_tokens``) and ``Cs`` (its surge cap, ``surge_tokens``,
+the cap of a PACED tick where some rank can fill a dense pass on its own; ``Cs = Cp`` with
+the surge off). A cost model outside the spec picks both caps, so the spec takes them as
+any values with ``cmin <= Cp <= Cs <= cmax``: ``cmin`` the least prefill a fire runs,
+``cmax`` the pass's token budget, which the gate itself never reads. State: ``h``
 (ticks the episode has been held) and the stall memory ``q`` (last aggregate
 fill) and ``g`` (tick it last grew). The observation is the SUM-reduced vector
 every rank sees alike (``W``
@@ -43,7 +45,7 @@ from densegate.spec import gate as single
 from densegate.spec.machine import Command, Machine, Vars
 
 __all__ = ["DP", "LOCAL", "REASONS", "SHARED", "DpConditions", "DpMachine", "DpReason",
-           "everyone_dense", "reason", "same_reason"]  # fmt: skip
+           "everyone_dense", "reason", "same_reason", "surge_cap"]  # fmt: skip
 
 REASONS = (*single.REASONS, "KV_PRESSURE", "STALL", "ALIGNED", "PACED")
 """In ``densegate.impl.Reason`` order: the single-rank six, then the aligned gate's rules."""
@@ -95,13 +97,29 @@ class DpConditions:
 
 class DpMachine(Machine):
     """FIRE/HOLD per tick for every rank at once; every FIRE resets ``h``, HOLD adds one.
-    Paced mode: a tick ALIGNED, STALL, BUDGET or HOLD would take fires PACED with cap Cp."""
+    Paced mode: a tick ALIGNED, STALL, BUDGET or HOLD would take fires PACED with cap Cp,
+    or Cs where some rank is filled (``surge_cap``)."""
 
     shared_obs: ClassVar[tuple[str, ...]] = SHARED
 
     def __init__(self) -> None:
         self.name = "dp"
-        names = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "cmin", "cmax")
+        names = (
+            "B",
+            "K",
+            "N",
+            "T",
+            "S",
+            "kv",
+            "enabled",
+            "al",
+            "A",
+            "pc",
+            "Cp",
+            "Cs",
+            "cmin",
+            "cmax",
+        )
         bools = ("kv", "enabled", "al", "pc")
         self.param_sorts = {k: z3.Bool if k in bools else z3.Int for k in names}
         self.state_sorts = {"h": z3.Int, "q": z3.Int, "g": z3.Int}
@@ -120,6 +138,8 @@ class DpMachine(Machine):
             p["cmin"] >= 1,
             p["cmin"] <= p["Cp"],
             p["Cp"] <= p["cmax"],
+            p["Cp"] <= p["Cs"],
+            p["Cs"] <= p["cmax"],
         )
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
@@ -223,7 +243,7 @@ class DpMachine(Machine):
             _fire("NO_DECODE", z3.And(c.waiting, c.enabled, z3.Not(c.decoding)), mem),
             _fire("KV_PRESSURE", z3.And(live, c.pressured), mem),
             _fire("DENSE", z3.And(calm, c.dense), mem),
-            _fire("PACED", z3.And(sparse, c.paced), mem, p["Cp"]),
+            _fire("PACED", z3.And(sparse, c.paced), mem, surge_cap(p, o)),
             _fire("ALIGNED", z3.And(held, c.aligned), mem),
             _fire("STALL", z3.And(thin, c.stalled), mem),
             _fire("BUDGET", z3.And(slow, c.spent), mem),
@@ -235,6 +255,13 @@ def everyone_dense(p: Vars, o: Vars) -> z3.BoolRef:
     """Every rank waits and the aggregate reaches T tokens per rank: the paced mode's only
     uncapped release, and beside any filled rank the plain mode's DENSE."""
     return z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
+
+
+def surge_cap(p: Vars, o: Vars) -> z3.ArithRef:
+    """A PACED tick's cap: ``Cs`` where some rank's own capped fill reaches ``T`` (that rank
+    holds a dense pass's worth, which ``Cp`` would take ``B / Cp`` ticks to clear), else ``Cp``.
+    A function of the reduced vector alone, so every rank caps alike."""
+    return z3.If(o["Fl"] > 0, p["Cs"], p["Cp"])
 
 
 def _counts_ok(

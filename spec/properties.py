@@ -140,11 +140,12 @@ PROPERTIES: tuple[Property, ...] = (
         "R2",
         "AlignedGate refines the DP gate",
         "code refines model: for any number of ranks N and every configuration (gate, KV "
-        "valve, STALL valve and aligned release (any A >= 0) each on or off; fill_tokens any "
+        "valve, STALL valve, aligned release (any A >= 0), paced mode (any pace_tokens >= 1) "
+        "and its surge cap (any surge_tokens >= pace_tokens) each on or off; fill_tokens any "
         "T in [1, B]), from every state "
         "(0 <= h < K, any stall memory) one call of AlignedGate.decide on any reduced vector "
         "(its counts of filled, no-decode and vacant ranks included) "
-        "and tick the spec admits returns the spec's decision and reason and leaves the "
+        "and tick the spec admits returns the spec's decision, reason and cap and leaves the "
         "spec's next state",
     ),
     Property(

@@ -51,6 +51,8 @@ WRONG: dict[type[wrong.RuleAlignedGate], set[str]] = {
     wrong.AlignedWaitsForVacant: {"D8", "agreement"},
     wrong.PacedCapPerWorld: {"D10", "agreement"},
     wrong.PacedUncapped: {"D10", "agreement"},
+    wrong.SurgeIgnored: {"D10", "agreement"},
+    wrong.SurgeOnOwnRank: {"D10", "agreement"},
     wrong.DenseCappedInPacedMode: {"D10", "agreement"},
     wrong.PacedHolds: {"D3", "D7", "D9", "agreement"},
     wrong.BudgetOffByOne: {"D2", "D4", "D6", "agreement"},

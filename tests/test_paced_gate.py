@@ -41,6 +41,7 @@ from tests.support.dp_lockstep import AlignedLockstep, PacedLockstep
 from tests.support.prove_run import prove_run
 
 MIN_PACED_TICKS = 1_500
+MIN_SURGED_TICKS = 100
 
 
 @pytest.fixture(scope="session")
@@ -50,10 +51,13 @@ def proved() -> dict[str, dict[str, Any]]:
 
 def test_paced_gate_agrees_with_spec_every_tick() -> None:
     """Decision, reason, cap and state equal the spec's on every tick, paced mode on."""
-    AlignedLockstep.ticks = AlignedLockstep.paced_ticks = 0
+    AlignedLockstep.ticks = AlignedLockstep.paced_ticks = AlignedLockstep.surged_ticks = 0
     run_state_machine_as_test(PacedLockstep, settings=settings(stateful_step_count=30))
-    print(f"{AlignedLockstep.ticks} paced lockstep ticks, {AlignedLockstep.paced_ticks} PACED")
-    assert AlignedLockstep.paced_ticks >= MIN_PACED_TICKS, AlignedLockstep.paced_ticks
+    lock = AlignedLockstep
+    print(f"{lock.ticks} paced lockstep ticks, {lock.paced_ticks} PACED, {lock.surged_ticks} "
+          "of them surged")  # fmt: skip
+    assert lock.paced_ticks >= MIN_PACED_TICKS, lock.paced_ticks
+    assert lock.surged_ticks >= MIN_SURGED_TICKS, lock.surged_ticks
 
 
 # -- the rules, on examples ----------------------------------------------------------------
@@ -137,7 +141,8 @@ def test_d11_traces_hold_or_undercap_where_the_shipped_gate_fires_capped(
         _run_from_first_row(machines[m["name"]], p, rows)
         last = rows[-1]
         assert last["r"] > 0 and last["n"] * p["cmin"] >= p["Q"]  # still waiting, too late
-        cfg = AlignedGateConfig(p["B"], p["K"], p["enabled"], 1, p["S"], p["kv"], None, p["Cp"])
+        cfg = AlignedGateConfig(p["B"], p["K"], p["enabled"], 1, p["S"], p["kv"], None, p["Cp"],
+                                p["Cs"])  # fmt: skip
         gate = AlignedGate(dataclasses.replace(cfg, target_fill=p["T"] / p["B"]), p["N"])
         assert gate.config.fill_tokens == p["T"]
         shipped = []
@@ -146,7 +151,7 @@ def test_d11_traces_hold_or_undercap_where_the_shipped_gate_fires_capped(
             shipped.append((dec.fire, dec.cap or 0))
         mutant = [(row["fire"], row["cap"]) for row in rows]
         assert all(fire for fire, _ in shipped), m["name"]
-        assert all(cap in (0, p["Cp"]) and p["Cp"] >= p["cmin"] for _, cap in shipped)
+        assert all(cap in (0, p["Cp"], p["Cs"]) and p["Cp"] >= p["cmin"] for _, cap in shipped)
         assert shipped != mutant, m["name"]
 
 
@@ -179,14 +184,19 @@ def test_r2_reaches_paced_mode_and_refutes_its_planted_twins(
     for check in ("decide", "inputs"):
         names = {c["class"] for c in r["coverage"] if c["check"] == check and c["reached"]}
         assert {"paced mode on", "paced mode off"} <= names, check
-    paced = [m for m in r["mutants"] if m["name"].startswith("paced_")]
-    assert len(paced) == 2 and all(m["status"] == "refuted" for m in paced)
+        if check == "decide":
+            assert {"surge cap on", "surge cap off"} <= names
+    paced = [m for m in r["mutants"] if m["name"].startswith(("paced_", "surge_"))]
+    assert len(paced) == 5 and all(m["status"] == "refuted" for m in paced)
     assert all(m["params"]["pc"] for m in paced)
+    surged = [m for m in paced if m["name"].startswith("surge_")]
+    assert len(surged) == 2 and all(m["params"]["sg"] for m in surged)
 
 
 def _cap_disagrees(cls: type, v: dict[str, Any]) -> bool:
     _, dec, nxt = dp_gate._run(cls, v)
-    _, out, s2 = evaluate(DP, {k: v[k] for k in dp_gate.PARAMS}, v, v)
+    state, obs = ({k: v[k] for k in keys} for keys in (dp_gate.STATE, dp_gate.OBS))
+    _, out, s2 = evaluate(DP, dp_gate.spec_params(v), state, obs)
     spec = (out["fire"], out["reason"], out["cap"], (s2["h"], s2["q"], s2["g"]))
     return (dec.fire, dec.reason.name, dec.cap or 0, tuple(nxt)) != spec
 
@@ -220,7 +230,12 @@ class _UncappedPaced(AlignedGate):
 
 def _ignores_pace(config: AlignedGateConfig, world: int) -> AlignedGate:
     """Paced mode off whatever the config says: it holds where paced mode fires."""
-    return AlignedGate(dataclasses.replace(config, pace_tokens=None), world)
+    return AlignedGate(dataclasses.replace(config, pace_tokens=None, surge_tokens=None), world)
+
+
+def _ignores_surge(config: AlignedGateConfig, world: int) -> AlignedGate:
+    """The surge cap off whatever the config says: a filled rank's tick keeps the pace cap."""
+    return AlignedGate(dataclasses.replace(config, surge_tokens=None), world)
 
 
 _ALIGNED_REPORTS: dict[object, AlignedProofReport] = {}
@@ -238,8 +253,9 @@ def _aligned_report(factory: Any) -> AlignedProofReport:
         (AlignedGate, set()),
         (_UncappedPaced, {"agreement", "D10"}),
         (_ignores_pace, {"agreement", "D9"}),
+        (_ignores_surge, {"agreement", "D10"}),
     ],
-    ids=["shipped", "uncapped", "ignores_pace"],
+    ids=["shipped", "uncapped", "ignores_pace", "ignores_surge"],
 )
 def test_aligned_kit_judges_the_paced_mode_and_its_cap(factory: Any, refuted: set[str]) -> None:
     report = _aligned_report(factory)
@@ -256,6 +272,9 @@ def test_aligned_kit_judges_the_paced_mode_and_its_cap(factory: Any, refuted: se
 def test_aligned_kit_refutation_shows_the_missing_cap() -> None:
     r = _aligned_report(_UncappedPaced)["D10"]
     assert "FIRE PACED cap=None" in r.detail and "pace_tokens=" in r.detail, r.detail
+    r = _aligned_report(_ignores_surge)["D10"]
+    assert r.run is not None and r.run["sg"] is True and r.run["Cs"] > r.run["Cp"], r.run
+    assert "surge_tokens=" in r.detail and "filled ranks Fl=" in r.detail, r.detail
 
 
 def test_cli_prove_aligned_needs_a_target(capsys: pytest.CaptureFixture[str]) -> None:

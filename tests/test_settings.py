@@ -61,6 +61,17 @@ def _good(s: Setting) -> object:
     return (not s.default) if s.kind == "bool" else 0.5
 
 
+def _beside(s: Setting) -> dict[str, object]:
+    """What ``s`` needs set beside it (its ``at_least`` setting, at its lowest), by field."""
+    return {s.at_least: setting(s.at_least).low} if s.at_least else {}
+
+
+def _flags(s: Setting, value: object) -> list[str]:
+    """``s``'s flag at ``value``, after the flags of what it needs beside it."""
+    out = [f for k, v in _beside(s).items() for f in (setting(k).flag, str(v))]
+    return [*out, s.flag, str(value)]
+
+
 def _ids(settings: tuple[Setting, ...]) -> list[str]:
     return [s.name for s in settings]
 
@@ -91,7 +102,7 @@ def test_every_carrier_dataclass_has_the_declared_defaults(cls: type, carrier: s
 
 def test_the_carriers_keys() -> None:
     assert keys(VLLM) == ("dense_tokens", "max_hold_passes", "enabled", "stall_passes",
-                          "pace_tokens")  # fmt: skip
+                          "pace_tokens", "surge_tokens")  # fmt: skip
     assert set(keys(VLLM)) < set(keys(VLLM_DP))
     assert tuple(k for k in keys(VLLM_DP) if k not in keys(VLLM)) == DP_ONLY_KEYS
     assert {s.name for s in flagged()} <= {s.name for s in carried(DP)}
@@ -107,12 +118,13 @@ def test_the_carriers_keys() -> None:
 @pytest.mark.parametrize(("s", "bad"), BAD, ids=BAD_IDS)
 def test_the_config_refuses_a_value_out_of_range_naming_the_field(s: Setting, bad: object) -> None:
     with pytest.raises(ValueError, match=rf"^AlignedGateConfig\.{s.name} must be "):
-        AlignedGateConfig(**{"dense_tokens": 8, s.name: bad})
+        AlignedGateConfig(**{"dense_tokens": 8, **_beside(s), s.name: bad})
 
 
 @pytest.mark.parametrize("s", SETTINGS, ids=_ids(SETTINGS))
 def test_the_config_takes_a_value_in_range_and_none_only_where_declared(s: Setting) -> None:
-    assert getattr(AlignedGateConfig(**{"dense_tokens": 8, s.name: _good(s)}), s.name) == _good(s)
+    got = AlignedGateConfig(**{"dense_tokens": 8, **_beside(s), s.name: _good(s)})
+    assert getattr(got, s.name) == _good(s)
     if s.optional:
         assert getattr(AlignedGateConfig(8, **{s.name: None}), s.name) is None
     else:
@@ -132,7 +144,7 @@ def test_a_flag_out_of_range_is_one_line_exit_2(
 ) -> None:
     monkeypatch.setattr(cli_dp, "launch", lambda *a, **k: pytest.fail("launched"))
     assert s.low is not None
-    assert cli_main([*RUN, s.flag, str(s.low - 1)]) == 2
+    assert cli_main([*RUN, *_flags(s, s.low - 1)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
     assert f"argument {s.flag}: the value must be >= {s.low}, got {s.low - 1}" in err
@@ -158,13 +170,13 @@ def test_a_flag_in_range_reaches_the_dp_config_and_the_gate(
 
     monkeypatch.setattr(cli_dp, "launch", record)
     with pytest.raises(SystemExit):
-        cli_main([*RUN, s.flag, str(s.low)])
+        cli_main([*RUN, *_flags(s, s.low)])
     (config,) = seen
     assert getattr(config, s.name) == s.low
     assert getattr(config.gate_config(config.engine), s.name) == s.low
-    others = [o for o in FLAGGED if o is not s]
+    others = [o for o in FLAGGED if o is not s and o.name not in _beside(s)]
     assert all(getattr(config, o.name) is None for o in others)  # absent: off
-    torchrun = cli_dp.build_parser().parse_args([s.flag, str(s.low)])  # the torchrun entry
+    torchrun = cli_dp.build_parser().parse_args(_flags(s, s.low))  # the torchrun entry
     assert getattr(cli_dp._dp_config(torchrun, "null"), s.name) == s.low
 
 
@@ -189,10 +201,10 @@ SGLANG_BAD = [(s, v) for s in carried(SGLANG) for v in _bad(s)]
 def test_vllm_refuses_a_value_out_of_range_naming_the_key(s: Setting, bad: object) -> None:
     key = s.key(VLLM_DP)
     with pytest.raises(ValueError, match=_vllm_where(str(key))):
-        aligned_config_from({"densegate": {key: bad}}, **DP_KW)
+        aligned_config_from({"densegate": {key: bad, **_beside(s)}}, **DP_KW)
     if s.key(VLLM) is not None:
         with pytest.raises(ValueError, match=_vllm_where(str(key))):
-            gate_config_from({"densegate": {key: bad}}, **LIMITS)
+            gate_config_from({"densegate": {key: bad, **_beside(s)}}, **LIMITS)
 
 
 @pytest.mark.parametrize(("s", "bad"), SGLANG_BAD, ids=[f"{s.name}={v!r}" for s, v in SGLANG_BAD])
@@ -220,7 +232,7 @@ def test_a_cap_setting_is_read_but_refused_on_where_no_scheduler_applies_the_cap
     assert SGLANG not in APPLIES_CAP and VLLM in APPLIES_CAP and VLLM_DP in APPLIES_CAP
     key = str(s.key(VLLM_DP))
     assert aligned_config_from({"densegate": {key: None}}, **DP_KW) == AlignedGateConfig(240)
-    got = aligned_config_from({"densegate": {key: _good(s)}}, **DP_KW)
+    got = aligned_config_from({"densegate": {key: _good(s), **_beside(s)}}, **DP_KW)
     assert getattr(got, s.name) == _good(s)
     assert getattr(settings_from_env({ENV_VAR: json.dumps({key: None})}), s.name) is None
     with pytest.raises(ValueError, match=rf"{ENV_VAR}\['{key}'\] is {_good(s)}, but this engine"):
@@ -253,6 +265,31 @@ def test_read_takes_defaults_and_nulls_and_names_the_key() -> None:
         read(SGLANG, {"dense_tokens": 0}, where, nulls={"dense_tokens": "room"})
     with pytest.raises(ValueError, match=r"^X\[dense_tokens\] must be an int >= 1, got None"):
         read(SGLANG, {"dense_tokens": None}, where)
+
+
+PAIRED = tuple(s for s in SETTINGS if s.at_least)
+
+
+@pytest.mark.parametrize("s", PAIRED, ids=_ids(PAIRED))
+def test_a_setting_below_or_without_the_one_it_needs_is_refused_by_every_reader(
+    s: Setting, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``surge_tokens`` needs ``pace_tokens`` on and at least it: a config, each engine's
+    keys and the command line refuse it alone or below, naming both."""
+    base = setting(s.at_least)
+    assert base.low is not None
+    for extra, why in (({}, "needs"), ({base.name: base.low + 1}, "must be >=")):
+        with pytest.raises(ValueError, match=rf"AlignedGateConfig\.{s.name}.* {why} "):
+            AlignedGateConfig(8, **{s.name: base.low, **extra})
+        given = {str(base.key(VLLM_DP)): v for v in extra.values()}
+        keys_ = {str(s.key(VLLM_DP)): base.low, **given}
+        where = _vllm_where(str(s.key(VLLM_DP))).removesuffix(" must be ")
+        with pytest.raises(ValueError, match=rf"{where}.* {why} "):
+            gate_config_from({"densegate": keys_}, **LIMITS)
+    monkeypatch.setattr(cli_dp, "launch", lambda *a, **k: pytest.fail("launched"))
+    assert cli_main([*RUN, s.flag, str(base.low)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and s.flag in err and base.flag in err, err
 
 
 def test_the_docs_table_has_a_row_per_setting() -> None:

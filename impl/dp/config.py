@@ -77,6 +77,7 @@ class DPConfig:
     kv_pressure_valve: bool = False
     align_ticks: int | None = None
     pace_tokens: int | None = None
+    surge_tokens: int | None = None
     kv_high_watermark: float = 0.9
     seed: int = 0
     keep_outputs: bool = False

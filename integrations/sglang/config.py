@@ -87,7 +87,9 @@ class PluginSettings:
     KV pressure; only read by the gate with ``kv_pressure_valve`` on."""
     align_ticks: int | None = None
     pace_tokens: int | None = None
-    """``align_ticks``, ``pace_tokens``: the aligned gate's releases (``None``: off), as
+    surge_tokens: int | None = None
+    """``align_ticks``, ``pace_tokens``, ``surge_tokens``: the aligned gate's releases and
+    caps (``None``: off), as
     declared in ``densegate.impl.settings``, like every field here but the watermark."""
 
 

@@ -4,7 +4,8 @@ The abstraction is the gate's ``state`` (``hold_passes``, ``last_fill``,
 ``grew_at``) read as the spec's (h, q, g). One check over unbounded ints: for
 every configuration (B, K, N >= 1, fill threshold 1 <= T <= B, S >= 0, KV valve,
 aligned release (``align_ticks`` A >= 0 or None), paced mode (``pace_tokens`` Cp >= 1
-or None) and gate on or off) and every state with 0 <= h < K (stall memory any ints),
+or None, and beside it ``surge_tokens`` Cs >= Cp or None, read by the spec as Cs = Cp) and
+gate on or off) and every state with 0 <= h < K (stall memory any ints),
 a fresh gate starts in the spec's initial state, and one ``decide`` on any reduced
 vector the spec admits (0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N; filled and
 no-decode ranks 0 <= Fl, Nd <= W, vacant ranks 0 <= Va <= N - W) and
@@ -57,7 +58,9 @@ __all__ = [
     "replay",
 ]
 
-PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp")
+PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "Cs", "sg")
+"""The checks' configuration inputs: the spec's parameters but ``cmin``, ``cmax``, and ``sg``
+(``surge_tokens`` set: else the spec's Cs is Cp, ``spec_params``)."""
 STATE = ("h", "q", "g")
 OBS = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va", "t")
 
@@ -76,6 +79,7 @@ def _pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     Fl, Nd, Va = v["Fl"], v["Nd"], v["Va"]
     return z3.And(
         B >= 1, K >= 1, N >= 1, T >= 1, T <= B, S >= 0, A >= 0, v["Cp"] >= 1, h >= 0, h < K,
+        v["Cs"] >= v["Cp"],
         W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0, C <= N, t >= 0,
         Fl >= 0, Fl <= W, Nd >= 0, Nd <= W, Va >= 0, Va <= N - W,
     )  # fmt: skip
@@ -95,6 +99,8 @@ R2_CLASSES: Classes = {
     "aligned release off": lambda v: z3.Not(v["al"]),
     "paced mode on": lambda v: v["pc"],
     "paced mode off": lambda v: z3.Not(v["pc"]),
+    "surge cap on": lambda v: z3.And(v["pc"], v["sg"]),
+    "surge cap off": lambda v: z3.And(v["pc"], z3.Not(v["sg"])),
 }
 """The configuration classes R2's scope names; each must be reached by an explored path."""
 
@@ -114,12 +120,13 @@ def _unvalidated(cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> 
 def _inputs(v: Mapping[str, Any], validated: bool) -> tuple[Any, Any]:
     """The config and reduced vector; ``validated`` runs their shipped constructors."""
     cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"], v["A"] if v["al"] else None,
-           v["Cp"] if v["pc"] else None)  # fmt: skip
+           v["Cp"] if v["pc"] else None, v["Cs"] if v["pc"] and v["sg"] else None)  # fmt: skip
     red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"], v["Fl"], v["Nd"], v["Va"])
     if validated:
         config, reduced = _Config(*cfg), ReducedObservation(*red)
     else:  # plain attribute stores: nothing of the code under check runs, so not traced
-        names = (*_CONFIG_FIELDS, "kv_pressure_valve", "align_ticks", "pace_tokens")
+        names = (*_CONFIG_FIELDS, "kv_pressure_valve", "align_ticks", "pace_tokens",
+                 "surge_tokens")  # fmt: skip
         with NoTracing():
             config = _unvalidated(_Config, names, cfg)
             reduced = _unvalidated(ReducedObservation, _REDUCED_FIELDS, red)
@@ -138,10 +145,19 @@ def _run(cls: type, v: Mapping[str, Any], validated: bool = True) -> tuple[Any, 
 
 
 _NAMES = (*PARAMS, *STATE, *OBS)
-_BOOLS = ("kv", "enabled", "al", "pc")
+_BOOLS = ("kv", "enabled", "al", "pc", "sg")
 _SIGNATURE = keyword_signature({n: bool if n in _BOOLS else int for n in _NAMES})
 """The checks' arguments, keyword-only (``keyword_signature``: CrossHair shares them across
 paths instead of copying each on every path)."""
+
+
+def spec_params(v: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's parameters of these inputs: ``surge_tokens`` off is the spec's Cs = Cp."""
+    with NoTracing():
+        keep = {k: v[k] for k in PARAMS if k != "sg"}
+        if isinstance(v["sg"], bool):
+            return keep | {"Cs": v["Cs"] if v["sg"] else v["Cp"]}
+        return keep | {"Cs": z3.If(term(v["sg"]), term(v["Cs"]), term(v["Cp"]))}
 
 
 def _admitted(v: Mapping[str, Any]) -> bool:
@@ -153,7 +169,7 @@ def _agrees(v: Mapping[str, Any], dec: Any, nxt: tuple[Any, ...]) -> bool:
     (``agrees`` with the cap: a Decision's None is the spec's 0; the local view is 0, which
     the spec's commands never read)."""
     cap = 0 if dec.cap is None else dec.cap
-    params, state = {k: v[k] for k in PARAMS}, {k: v[k] for k in STATE}
+    params, state = spec_params(v), {k: v[k] for k in STATE}
     obs, after = {k: v[k] for k in OBS}, dict(zip(STATE, nxt, strict=True))
     return agrees(DP, reason, params, state, obs, dec.fire, dec.reason.name, after, {"cap": cap})
 
@@ -185,7 +201,8 @@ def _inputs_check(cls: type) -> Callable[..., None]:
         config, reduced = guarded(lambda: _inputs(v, validated=True), v)
         fresh = guarded(lambda: cls(config, v["N"]).state, v)
         init = DP.init(
-            {k: term(v[k]) for k in PARAMS}, dict(zip(STATE, map(term, fresh), strict=True))
+            {k: term(x) for k, x in spec_params(v).items()},
+            dict(zip(STATE, map(term, fresh), strict=True)),
         )
         if not holds(init):
             fail(v, "a fresh gate is not in the spec's initial state")
@@ -199,6 +216,9 @@ def _inputs_check(cls: type) -> Callable[..., None]:
             fail(v, "the config changed align_ticks")
         if (config.pace_tokens is None) == v["pc"] or (v["pc"] and config.pace_tokens != v["Cp"]):
             fail(v, "the config changed pace_tokens")
+        surged = v["pc"] and v["sg"]
+        if (config.surge_tokens is None) == surged or (surged and config.surge_tokens != v["Cs"]):
+            fail(v, "the config changed surge_tokens")
         reached(v)
 
     check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
@@ -227,7 +247,7 @@ def replay(cls: type, via: str, witness: Mapping[str, Any]) -> Replay:
         return Replay(f"raised {type(e).__name__}: {e}", "no error")
     if tuple(fresh) != (0, 0, 0):
         return Replay(f"fresh gate state {tuple(fresh)}", "fresh gate state (0, 0, 0)")
-    p = {k: v[k] for k in PARAMS}
+    p = spec_params(v)
     _, out, s2 = evaluate(DP, p, {k: v[k] for k in STATE}, {k: v[k] for k in OBS})
     spec = _text(out["fire"], str(out["reason"]), out["cap"], tuple(s2[k] for k in STATE))
     return Replay(_text(dec.fire, dec.reason.name, dec.cap, tuple(nxt)), spec)
@@ -243,7 +263,8 @@ _DENSE = """    elif (waiting_ranks == self._world and fill >= self._fill_target
         reason = Reason.DENSE
 """
 _PACED = """    elif self._paced:
-        reason = Reason.PACED
+        self._h = 0
+        return self._surged if filled > 0 else self._decisions[Reason.PACED]
 """
 _DENSE_THEN_PACED, _PACED_THEN_DENSE = _DENSE + _PACED, _PACED + _DENSE
 
@@ -327,6 +348,18 @@ R2_CAP_MUTANTS: tuple[CodeMutant, ...] = (
         "Decision(True, Reason.PACED, pace)",
         "Decision(True, Reason.PACED, config.dense_tokens)",
         "__init__",
+    ),
+    _m(
+        "surge_ignored",
+        "a PACED tick with a filled rank keeps pace_tokens (surge_tokens never given)",
+        "return self._surged if filled > 0 else",
+        "return",
+    ),
+    _m(
+        "surge_on_fill",
+        "the surge judged on the aggregate fill reaching fill_tokens, not on a filled rank",
+        "return self._surged if filled > 0 else",
+        "return self._surged if fill >= self._fill else",
     ),
 )
 """Broken AlignedGates that differ from the spec in the cap alone: R2 refutes them (its step

@@ -116,8 +116,11 @@ the namespace package an editable install of ``densegate`` makes."""
 
 
 def term(x: object) -> z3.ExprRef:
-    """The Z3 term of a symbolic or concrete int/bool (CrossHair uses z3's main context)."""
+    """The Z3 term of a symbolic or concrete int/bool (CrossHair uses z3's main context), or
+    a Z3 term itself."""
     with NoTracing():
+        if isinstance(x, z3.ExprRef):
+            return x
         if isinstance(x, SymbolicInt | SymbolicBool):
             return x.var
         if isinstance(x, bool):

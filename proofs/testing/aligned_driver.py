@@ -76,8 +76,10 @@ ALIGNED_PROPERTIES: tuple[Property, ...] = (
     Property(
         "D10",
         "paced cap",
-        "paced cap: Decision.cap is pace_tokens on a PACED fire and None on every other "
-        "decision; a tick where every rank waits and the fill reaches T*N is uncapped",
+        "paced cap: Decision.cap is pace_tokens on a PACED fire with no filled rank, "
+        "surge_tokens (pace_tokens with it off) on one with a filled rank (Fl > 0), and None "
+        "on every other decision; a tick where every rank waits and the fill reaches T*N is "
+        "uncapped",
     ),
     Property(
         "agreement",
@@ -95,13 +97,15 @@ _NAMES = dict(zip(SHARED[:-1], range(1, len(SHARED)), strict=True))
 
 def spec_params(config: AlignedGateConfig, world: int) -> dict[str, Any]:
     """The dp spec's parameters for a config (the fill threshold T read as the gate gets it,
-    ``config.fill_tokens``); the spec's pace bounds are the cap itself."""
+    ``config.fill_tokens``); the spec's cap bounds are the caps themselves (the surge off:
+    Cs = Cp)."""
     align, pace = config.align_ticks, config.pace_tokens
+    surge = config.surge_tokens or pace or 1
     return {
         "B": config.dense_tokens, "K": config.max_hold_passes, "N": world,
         "T": config.fill_tokens, "S": config.stall_ticks, "kv": config.kv_pressure_valve,
         "enabled": config.enabled, "al": align is not None, "A": align or 0,
-        "pc": pace is not None, "Cp": pace or 1, "cmin": 1, "cmax": pace or 1,
+        "pc": pace is not None, "Cp": pace or 1, "Cs": surge, "cmin": 1, "cmax": surge,
     }  # fmt: skip
 
 
@@ -181,8 +185,10 @@ def _judge(
         out.flag("D8", i, f"release on, W + Va = N and held {age} >= A, yet HOLD")
     if (pc and (not fire or why in ("ALIGNED", "STALL", "BUDGET"))) or (why == "PACED" and not pc):
         out.flag("D9", i, f"{code} with the paced mode {'on' if pc else 'off'}")
-    if (cap or 0) != (Cp if why == "PACED" else 0) or (everyone and cap is not None):
-        out.flag("D10", i, f"{code}, pace_tokens={Cp}")
+    pace = (p["Cs"] if Fl > 0 else Cp) if pc else None
+    if (cap or 0) != (pace if why == "PACED" else 0) or (everyone and cap is not None):
+        out.flag("D10", i, f"{code}, pace_tokens={Cp}, surge_tokens={p['Cs'] if pc else None}, "
+                 f"filled ranks Fl={Fl}")  # fmt: skip
     if (fire, why, cap or 0, h_next) != spec:
         s_fire, s_why, s_cap, s_h = spec
         said = f"{'FIRE' if s_fire else 'HOLD'} {s_why} cap={s_cap or None}"

@@ -66,10 +66,11 @@ class AlignedReport(Verdicts):
 
 
 def _params(cfg: AlignedGateConfig, world: int) -> dict[str, Any]:
-    """The spec's names; A and Cp are None with the aligned release and paced mode off."""
+    """The spec's names; A, Cp and Cs are None with the aligned release, paced mode and surge
+    cap off."""
     p = spec_params(cfg, world)
     keep = {k: p[k] for k in ("B", "K", "N", "T", "S", "kv", "enabled")}
-    return keep | {"A": cfg.align_ticks, "Cp": cfg.pace_tokens}
+    return keep | {"A": cfg.align_ticks, "Cp": cfg.pace_tokens, "Cs": cfg.surge_tokens}
 
 
 def _spec_text(spec: tuple[bool, str, int, int]) -> str:

@@ -20,6 +20,7 @@ values. Use them in your own tests::
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -205,9 +206,10 @@ def aligned_configs(
 ) -> st.SearchStrategy[AlignedGateConfig]:
     """Valid configs; each keyword forces the gate, the STALL valve, the KV valve, the
     aligned release or the paced mode on (True) or off (False), None draws it (the gate on
-    two times in three, each valve and mode one in three)."""
+    two times in three, each valve and mode one in three); with the paced mode on, the surge
+    cap is on one time in two, at ``pace_tokens`` or above."""
     flag = st.sampled_from([True, True, False]) if enabled is None else st.just(enabled)
-    return st.builds(
+    configs = st.builds(
         AlignedGateConfig,
         dense_tokens=dense_thresholds(),
         max_hold_passes=hold_budgets(),
@@ -220,6 +222,16 @@ def aligned_configs(
         align_ticks=_switch(align, None, st.one_of(st.just(0), st.integers(1, 5))),
         pace_tokens=_switch(pace, None, st.integers(1, 64)),
     )
+    return configs.flatmap(_surged)
+
+
+def _surged(config: AlignedGateConfig) -> st.SearchStrategy[AlignedGateConfig]:
+    """``config`` as drawn, or (paced mode on) with a surge cap of ``pace_tokens`` plus 0-64."""
+    pace = config.pace_tokens
+    if pace is None:
+        return st.just(config)
+    surged = st.integers(0, 64).map(lambda k: dataclasses.replace(config, surge_tokens=pace + k))
+    return st.one_of(st.just(config), surged)
 
 
 def one_rank_configs() -> st.SearchStrategy[AlignedGateConfig]:

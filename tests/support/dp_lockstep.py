@@ -34,6 +34,8 @@ align_ticks = st.one_of(st.none(), st.just(0), st.integers(1, 5))
 pace_tokens = st.integers(1, 64)
 """A pace cap: the spec takes any value in [cmin, cmax]; the lockstep passes cmin = 1 and
 cmax = the cap itself, which the gate never reads."""
+surge_extra = st.one_of(st.none(), st.just(0), st.integers(1, 64))
+"""The surge cap as pace_tokens plus this (None: off, the spec's Cs = Cp)."""
 run_lengths = st.integers(1, 30)
 advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 
@@ -48,6 +50,8 @@ class AlignedLockstep(RuleBasedStateMachine):
     paces: ClassVar[st.SearchStrategy[int | None]] = st.one_of(st.none(), st.none(), pace_tokens)
     """The paced mode's cap (None: off), drawn once per run."""
     paced_ticks: ClassVar[int] = 0
+    surged_ticks: ClassVar[int] = 0
+    """PACED ticks that carried a surge cap other than pace_tokens (a rank was filled)."""
 
     @initialize(
         B=dense_tokens,
@@ -74,14 +78,17 @@ class AlignedLockstep(RuleBasedStateMachine):
     ) -> None:
         m = self.impl
         pace = data.draw(self.paces, label="pace_tokens")
-        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A, pace)
+        extra = None if pace is None else data.draw(surge_extra, label="surge above pace")
+        surge = None if pace is None or extra is None else pace + extra
+        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A, pace, surge)
         self.gate = m.AlignedGate(self.config, N)
         self.replicas = [m.AlignedGate(self.config, N) for _ in range(N)]
         T = self.config.fill_tokens
         assert 1 <= T <= B
         self.params = {"B": B, "K": K, "N": N, "T": T, "S": S, "kv": kv, "enabled": enabled}
         self.params |= {"al": A is not None, "A": 0 if A is None else A}
-        self.params |= {"pc": pace is not None, "Cp": pace or 1, "cmin": 1, "cmax": pace or 1}
+        cs = surge or pace or 1
+        self.params |= {"pc": pace is not None, "Cp": pace or 1, "Cs": cs, "cmin": 1, "cmax": cs}
         self.state = {"h": 0, "q": 0, "g": 0}
         self.tick = 0
         self._strategies()
@@ -98,6 +105,7 @@ class AlignedLockstep(RuleBasedStateMachine):
         _, out, nxt = evaluate(self.spec, self.params, self.state, obs)
         AlignedLockstep.ticks += 1
         AlignedLockstep.paced_ticks += dec.cap is not None
+        AlignedLockstep.surged_ticks += dec.cap is not None and dec.cap != self.params["Cp"]
         got = (dec.fire, dec.reason.name, dec.cap or 0, tuple(self.gate.state))
         want = (out["fire"], out["reason"], out["cap"], (nxt["h"], nxt["q"], nxt["g"]))
         assert got == want, f"tick {self.tick} {obs} state {self.state}: impl {got} != spec {want}"

@@ -22,7 +22,7 @@ class RuleAlignedGate:
         self.B, self.K, self.T = config.dense_tokens, config.max_hold_passes, config.fill_tokens
         self.N, self.enabled, self.S = world_size, config.enabled, config.stall_ticks
         self.kv, self.A = config.kv_pressure_valve, config.align_ticks
-        self.pace = config.pace_tokens
+        self.pace, self.surge = config.pace_tokens, config.surge_tokens
         self.h, self.last_fill, self.grew_at = 0, 0, 0
 
     @property
@@ -64,9 +64,11 @@ class RuleAlignedGate:
         return None
 
     def paced(self, r: ReducedObservation, tick: int) -> Decision:
-        return self.fire(Reason.PACED, self.cap())
+        return self.fire(Reason.PACED, self.cap(r))
 
-    def cap(self) -> int | None:
+    def cap(self, r: ReducedObservation) -> int | None:
+        if r.filled_ranks > 0 and self.surge is not None:
+            return self.surge
         return self.pace
 
     def unpaced(self, r: ReducedObservation, tick: int) -> Decision:
@@ -117,14 +119,32 @@ class AlignedWaitsForVacant(RuleAlignedGate):
 class PacedCapPerWorld(RuleAlignedGate):
     """A PACED fire capped at ``pace_tokens`` per rank summed over the world, not per rank."""
 
-    def cap(self) -> int | None:
+    def cap(self, r: ReducedObservation) -> int | None:
         return None if self.pace is None else self.pace * self.N
+
+
+class SurgeIgnored(RuleAlignedGate):
+    """Reads ``pace_tokens`` but not ``surge_tokens``: a tick with a filled rank keeps the
+    pace cap, so that rank's dense pass waits ``B / pace_tokens`` ticks."""
+
+    def cap(self, r: ReducedObservation) -> int | None:
+        return self.pace
+
+
+class SurgeOnOwnRank(RuleAlignedGate):
+    """The surge judged on the aggregate fill reaching one rank's fill threshold (what a rank
+    sees of its own queue), not on a rank filled on its own."""
+
+    def cap(self, r: ReducedObservation) -> int | None:
+        if r.waiting_tokens >= self.T and self.surge is not None:
+            return self.surge
+        return self.pace
 
 
 class PacedUncapped(RuleAlignedGate):
     """A PACED fire without its cap."""
 
-    def cap(self) -> int | None:
+    def cap(self, r: ReducedObservation) -> int | None:
         return None
 
 
