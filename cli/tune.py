@@ -90,8 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=count(2, 64),
         default=None,
         metavar="N",
-        help="tune the aligned gate at N data-parallel ranks (in-process, modeled): K and "
-        "--align-ticks per workload against the four DP peers; --requests is per rank "
+        help="tune the aligned gate at N data-parallel ranks (in-process, modeled): K, "
+        "--align-ticks, --pace-tokens and --surge-tokens per workload against the engines' "
+        "own DP rules; --requests is per rank "
         f"(default {DP_REQUESTS})",
     )
     for s in flagged():  # the gate settings with a flag: their candidates, each its range
@@ -119,7 +120,11 @@ DP_REQUESTS = 30
 """Requests per rank for ``--dp`` by default: what the load table of docs/BENCHMARKS.md uses."""
 
 
-CANDIDATES = {"align_ticks": "off 0 2", "pace_tokens": "off and the profile's ridge"}
+CANDIDATES = {
+    "align_ticks": "off 0 2",
+    "pace_tokens": "off and the profile's ridge",
+    "surge_tokens": "off and the profile's surge ridge, beside a pace cap",
+}
 """The candidates ``tune --dp`` tries for a setting not given (``densegate.lab.bench.dp_tune``)."""
 
 
@@ -150,7 +155,8 @@ def _paces(values: list[str] | None) -> list[int | None] | None:
 
 
 def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: list[int]) -> int:
-    """``tune --dp N``: per workload, the (K, align_ticks) proposal against the peers."""
+    """``tune --dp N``: per workload, the (K, align_ticks, pace_tokens, surge_tokens)
+    proposal against the peers."""
     from densegate.lab.bench import WORKLOADS, bench_config
     from densegate.lab.bench.dp_seconds import arrival_rate, capacity_tokens_per_s, seconds_trace
     from densegate.lab.bench.dp_side import DEFAULT_LOAD
@@ -159,8 +165,9 @@ def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: li
 
     aligns = _aligns(args.align_ticks) or list(DEFAULT_ALIGNS)
     base = bench_config()
-    ridge = regime(profile.model, base.max_num_seqs, budget=base.dense).pace_tokens
-    paces = _paces(args.pace_tokens) or [None, ridge]
+    ridges = regime(profile.model, base.max_num_seqs, budget=base.dense)
+    paces = _paces(args.pace_tokens) or [None, ridges.pace_tokens]
+    surges = _candidates(args.surge_tokens, "surge_tokens") or [None, ridges.surge_tokens]
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     load = DEFAULT_LOAD if args.load is None else args.load
     out = {}
@@ -170,7 +177,7 @@ def _dp_main(args: argparse.Namespace, profile: Any, names: list[str], holds: li
         cap = capacity_tokens_per_s(probe, base, args.dp, profile.model, args.seed)
         trace = seconds_trace(w, args.seed, args.dp, n, arrival_rate(probe, load, cap))
         out[name] = tune_dp(trace, base, args.dp, profile.model, holds, aligns, args.seed,
-                            progress, paces, clock="seconds")  # fmt: skip
+                            progress, paces, clock="seconds", surges=surges)  # fmt: skip
     if args.json:
         print(json.dumps({"profile": profile.describe(), "dp": args.dp, "load": load,
                           "clock": "seconds", "results": out}))  # fmt: skip

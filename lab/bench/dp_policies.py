@@ -183,10 +183,11 @@ def run_dp_policies(
     align_ticks: int | None = None,
     pace_tokens: int | None = None,
     clock: str = "ticks",
+    surge_tokens: int | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every policy as one phase over ``dp`` ranks: reports and modeled figures
-    (densegate's aligned gate with ``engine``'s K, this ``align_ticks`` and
-    ``pace_tokens``). ``clock`` "seconds": arrivals (``arrival_pass``) are modeled
+    (densegate's aligned gate with ``engine``'s K, this ``align_ticks``, ``pace_tokens`` and
+    ``surge_tokens``). ``clock`` "seconds": arrivals (``arrival_pass``) are modeled
     microseconds (``densegate.lab.bench.dp_clock``); "ticks": they are ticks."""
     if dp < 2:
         raise ValueError(f"dp must be >= 2, got {dp}")
@@ -200,7 +201,7 @@ def run_dp_policies(
     phases += [Phase(p, "aligned", null) for p in policies if p in makers]
     config = DPConfig(
         engine, seed=seed, timeout_s=timeout_s, phases=tuple(phases), align_ticks=align_ticks,
-        pace_tokens=pace_tokens,
+        pace_tokens=pace_tokens, surge_tokens=surge_tokens,
     )  # fmt: skip
     hooks = chain(TimingHooks(), PeerHooks({p: makers[p] for p in policies if p in makers}))
     clocks = ModeledClocks(model) if clock == "seconds" else None

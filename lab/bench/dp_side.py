@@ -3,7 +3,8 @@ of every policy, the rows and the goal verdict; and densegate's default gate per
 
 The default comes from the profile (``densegate.lab.cost.ridge.regime`` at the bench's
 ``max_num_seqs`` decodes): in the paced regime the aligned gate fires every tick that
-work waits, capped at the ridge; in the hold regime it is the aligned gate as before
+work waits, capped at the ridge (at the surge ridge where some rank can fill a dense
+pass); in the hold regime it is the aligned gate as before
 (K = ``max_hold_passes``, no cap). The seconds clock is the default; ``--clock ticks``
 replays the old tick clock (arrivals in ticks, idle time skipped) for comparison.
 """
@@ -36,12 +37,16 @@ class DefaultGate:
 
     mode: str
     pace_tokens: int | None
+    surge_tokens: int | None
     decode_ms: float
     mixed_ms: float
     penalty_share: float
 
     def describe(self) -> str:
-        cap = f", cap {self.pace_tokens} tokens per rank per tick" if self.pace_tokens else ""
+        cap = ""
+        if self.pace_tokens:
+            cap = (f", cap {self.pace_tokens} tokens per rank per tick ({self.surge_tokens} on "
+                   "a tick where some rank can fill a dense pass)")  # fmt: skip
         return (f"densegate's default from the profile: {self.mode}{cap} (a minimal chunk's "
                 f"mixed pass costs {self.mixed_ms:.2f} ms against {self.decode_ms:.2f} ms "
                 f"decode-only: +{self.penalty_share:.0%})")  # fmt: skip
@@ -53,8 +58,9 @@ class DefaultGate:
 def default_gate(model: PassModel, engine: EngineConfig) -> DefaultGate:
     """The profile's regime at ``engine``'s ``max_num_seqs`` decodes, as a gate setting."""
     r = regime(model, engine.max_num_seqs, budget=engine.dense)
-    pace = r.pace_tokens if r.mode == "paced" else None
-    return DefaultGate(r.mode, pace, r.decode_ms, r.mixed_ms, r.penalty_share)
+    paced = r.mode == "paced"
+    pace, surge = (r.pace_tokens, r.surge_tokens) if paced else (None, None)
+    return DefaultGate(r.mode, pace, surge, r.decode_ms, r.mixed_ms, r.penalty_share)
 
 
 def side_by_side(
@@ -89,7 +95,8 @@ def side_by_side(
             extra = {"capacity_requests_per_tick": cap, "offered_requests_per_tick":
                      offered_per_tick(trace)} if args.load else {}  # fmt: skip
         runs = run_dp_policies(trace, engine, dp, model, policies, seed, clock=clock,
-                               pace_tokens=gate.pace_tokens)  # fmt: skip
+                               pace_tokens=gate.pace_tokens,
+                               surge_tokens=gate.surge_tokens)  # fmt: skip
         rows = policy_rows(runs)
         out.append({"name": workload.name, "load": load, "requests": len(trace),
                     "policies": rows, "goal": goal(rows), **extra})  # fmt: skip

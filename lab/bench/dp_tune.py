@@ -1,13 +1,14 @@
-"""``densegate tune --dp N``: the aligned gate's K, ``align_ticks`` and ``pace_tokens`` (the
-paced release) per workload, judged against the engines' own DP rules through the same
-rank loops (modeled; ``densegate tune --dp`` runs them on the seconds clock).
+"""``densegate tune --dp N``: the aligned gate's K, ``align_ticks``, ``pace_tokens`` (the
+paced release) and ``surge_tokens`` (its surge cap) per workload, judged against the
+engines' own DP rules through the same rank loops (modeled; ``densegate tune --dp`` runs
+them on the seconds clock).
 
-Each workload's peers run once; then every candidate (K, A, C) runs as the densegate
-phase alone on the same trace. The proposal is issue 31's goal read as a choice: among
-the candidates whose TTFT p99 is at most the best peer's, the highest tokens/s (ties:
-lower TTFT p99); each row also says whether it meets the whole goal (``goal``). None
-meets the TTFT part: then no proposal, and the row with the lowest TTFT p99 is named
-instead. Modeled figures only.
+Each workload's peers run once; then every candidate (K, A, C, S) runs as the densegate
+phase alone on the same trace (a surge cap only beside a pace cap at or under it). The
+proposal is issue 31's goal read as a choice: among the candidates whose TTFT p99 is at
+most the best peer's, the highest tokens/s (ties: lower TTFT p99); each row also says
+whether it meets the whole goal (``goal``). None meets the TTFT part: then no proposal,
+and the row with the lowest TTFT p99 is named instead. Modeled figures only.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ DEFAULT_ALIGNS: tuple[int | None, ...] = (None, 0, 2)
 DEFAULT_PACES: tuple[int | None, ...] = (None,)
 """Default ``pace_tokens`` candidates (None: the paced release off); the CLI adds the
 profile's ridge (``densegate.lab.cost.ridge``)."""
+DEFAULT_SURGES: tuple[int | None, ...] = (None,)
+"""Default ``surge_tokens`` candidates (None: the surge cap off); the CLI adds the profile's
+surge ridge."""
 
 
 def _figures(run: dict[str, Any]) -> dict[str, float]:
@@ -48,6 +52,7 @@ def tune_dp(
     progress: Callable[[str], None] | None = None,
     paces: Sequence[int | None] = DEFAULT_PACES,
     clock: str = "ticks",
+    surges: Sequence[int | None] = DEFAULT_SURGES,
 ) -> dict[str, Any]:
     """The peers' figures, every candidate's, and the proposal (or None, with why)."""
     peers = {n: _figures(r) for n, r in run_dp_policies(trace, engine, dp, model, bar_peers(),
@@ -56,18 +61,21 @@ def tune_dp(
             "itl_ms_p99": min(p["itl_ms_p99"] for p in peers.values()),
             "ttft_ms_p99": min(p["ttft_ms_p99"] for p in peers.values())}  # fmt: skip
     rows = []
-    for k, a, c in ((k, a, c) for k in holds for a in aligns for c in paces):
+    grid = [(k, a, c, g) for k in holds for a in aligns for c in paces for g in surges
+            if g is None or (c is not None and g >= c)]  # fmt: skip
+    for k, a, c, g in grid:
         cfg = dataclasses.replace(engine, max_hold_passes=k)
         run = run_dp_policies(trace, cfg, dp, model, ["densegate"], seed, align_ticks=a,
-                              pace_tokens=c, clock=clock)  # fmt: skip
+                              pace_tokens=c, clock=clock, surge_tokens=g)  # fmt: skip
         f = _figures(run["densegate"])
         met = goal([{"name": "densegate", **f}, *({"name": n, **p} for n, p in peers.items())])
         assert met is not None  # densegate and the peers are all there
-        rows.append({"max_hold_passes": k, "align_ticks": a, "pace_tokens": c, **f,
+        rows.append({"max_hold_passes": k, "align_ticks": a, "pace_tokens": c,
+                     "surge_tokens": g, **f,
                      "ttft_ok": met["ttft_ms_p99"], "goal": all(met.values()),
                      "finished": run["densegate"]["finished"]})  # fmt: skip
         if progress is not None:
-            progress(f"K={k} align_ticks={a} pace_tokens={c}: {fmt(f['tokens_per_s'])} tokens/s")
+            progress(f"{_setting(rows[-1])}: {fmt(f['tokens_per_s'])} tokens/s")
     fits = [r for r in rows if r["ttft_ok"]]
     pick = max(fits, key=lambda r: (r["tokens_per_s"], -r["ttft_ms_p99"])) if fits else None
     why = None
@@ -109,4 +117,5 @@ def format_dp_tuning(name: str, t: dict[str, Any]) -> list[str]:
 def _setting(r: dict[str, Any]) -> str:
     a = "off" if r["align_ticks"] is None else r["align_ticks"]
     c = "off" if r.get("pace_tokens") is None else r["pace_tokens"]
-    return f"K={r['max_hold_passes']} align_ticks={a} pace_tokens={c}"
+    g = "" if r.get("surge_tokens") is None else f" surge_tokens={r['surge_tokens']}"
+    return f"K={r['max_hold_passes']} align_ticks={a} pace_tokens={c}{g}"

@@ -4,9 +4,11 @@ A prefill chunk below the roofline's ridge rides along a memory-bound decode pas
 for free; past it every token costs compute. ``ridge_tokens`` is the largest chunk whose
 pass beside ``decodes`` decodes costs at most ``(1 + eps)`` times the pass with a
 minimal chunk (``c_min`` tokens) beside them: the pace cap (``AlignedGateConfig.
-pace_tokens``). ``regime`` says whether holding can pay at all: only where a mixed
-pass costs more than the decode-only pass it replaces by a fixed penalty (graph
-break, launch cost) above ``hold_share`` of that pass; otherwise fire every tick.
+pace_tokens``); the same ridge at ``SURGE_EPS`` is the surge cap, a tick's where some
+rank can fill a dense pass on its own (``AlignedGateConfig.surge_tokens``). ``regime``
+says whether holding can pay at all: only where a mixed pass costs more than the
+decode-only pass it replaces by a fixed penalty (graph break, launch cost) above
+``hold_share`` of that pass; otherwise fire every tick.
 Modeled: every figure is the model's, traceable to its inputs.
 """
 
@@ -16,12 +18,19 @@ from dataclasses import dataclass
 
 from densegate.lab.cost.model import PassModel, PassWork
 
-__all__ = ["C_MIN", "EPS", "HOLD_SHARE", "Regime", "regime", "ridge_tokens"]
+__all__ = ["C_MIN", "EPS", "HOLD_SHARE", "SURGE_EPS", "Regime", "regime", "ridge_tokens"]
 
 C_MIN = 16
 """The minimal chunk the ridge is measured against (tokens)."""
 EPS = 0.25
 """How much dearer than a minimal chunk's pass the ridge chunk's pass may be."""
+SURGE_EPS = 1.0
+"""How much dearer than a minimal chunk's pass the surge cap's pass may be: twice its cost.
+Chosen from the tables (docs/BENCHMARKS.md): where a rank holds a dense pass's worth, the
+ridge cap drains it in ``dense_tokens / pace_tokens`` ticks (9 on H200) while TTFT grows; a
+surge at eps 1.0 (H100-SXM 706, H200 475 tokens) halves that for ITL p99 still a third of
+the best engine rule's, where 3x the ridge cap (eps ~2) raised ITL p99 by half again and
+bought no better TTFT."""
 HOLD_SHARE = 1.0
 """A mixed pass's fixed penalty over the decode-only pass, as a share of that pass,
 above which the profile is in the hold regime. Chosen from the tables: at 3x the
@@ -64,6 +73,7 @@ class Regime:
     mode: str
     """"paced" (fire every tick, capped) or "hold" (the aligned gate's hold, K and ALIGNED)."""
     pace_tokens: int
+    surge_tokens: int
     decode_ms: float
     mixed_ms: float
     penalty_share: float
@@ -76,4 +86,6 @@ def regime(model: PassModel, decodes: int, context: int = 512, budget: int = 204
     mixed = model.pass_ms(_mixed(decodes, context, C_MIN))
     share = (mixed - decode) / decode if decode > 0 else 0.0
     mode = "hold" if share > HOLD_SHARE else "paced"
-    return Regime(mode, ridge_tokens(model, decodes, context, budget), decode, mixed, share)
+    pace = ridge_tokens(model, decodes, context, budget)
+    surge = ridge_tokens(model, decodes, context, budget, eps=SURGE_EPS)
+    return Regime(mode, pace, surge, decode, mixed, share)
