@@ -231,6 +231,7 @@ PROVED_WRONG = {
     wrong.HoldsNoDecodeRank: {"agreement"},
     wrong.AlignedWaitsForVacant: {"agreement"},
     wrong.PacedCapPerWorld: {"agreement", "D10"},
+    wrong.SurgeOnOwnRank: {"agreement", "D10"},
     wrong.PacedHolds: {"agreement", "D9"},
 }
 
