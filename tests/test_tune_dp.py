@@ -32,13 +32,17 @@ def test_small_run_proposes_a_candidate_within_the_ttft_allowance(
 ) -> None:
     argv = ["tune", "--cost", "roofline:H100-SXM", "--dp", "2", "--workload", "steady",
             "--requests", "4", "--max-hold-passes", "2", "30", "--align-ticks", "off", "0",
-            "--pace-tokens", "off", "365", "--json", "--quiet"]  # fmt: skip
+            "--pace-tokens", "off", "365", "--surge-tokens", "off", "200", "706", "--json",
+            "--quiet"]  # fmt: skip
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)["results"]["steady"]
     rows = res["candidates"]
-    assert [(r["max_hold_passes"], r["align_ticks"], r["pace_tokens"]) for r in rows] == [
-        (k, a, c) for k in (2, 30) for a in (None, 0) for c in (None, 365)
-    ]
+    # a surge cap only beside a pace cap at or under it: (off, 200) and (365, 200) are skipped
+    got = [(r["max_hold_passes"], r["align_ticks"], r["pace_tokens"], r["surge_tokens"])
+           for r in rows]  # fmt: skip
+    want = [(k, a, c, g) for k in (2, 30) for a in (None, 0)
+            for c, g in ((None, None), (365, None), (365, 706))]  # fmt: skip
+    assert got == want
     assert all(r["finished"] == res["requests"] for r in rows)
     assert "trtllm-adp-variant" not in res["peers"]  # variants are not the bar
     best = res["best_peer"]

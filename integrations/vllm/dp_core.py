@@ -164,10 +164,10 @@ class DpGate:
             c = self.config
             logger.info(
                 "densegate: aligned prefill gate across %d DP engine cores (dense_tokens=%d, "
-                "max_hold_passes=%d, enabled=%s, pace_tokens=%s%s), one all-reduce per step on "
-                "the DP group",
+                "max_hold_passes=%d, enabled=%s, pace_tokens=%s, surge_tokens=%s%s), one "
+                "all-reduce per step on the DP group",
                 self.world, c.dense_tokens, c.max_hold_passes, c.enabled, c.pace_tokens,
-                "" if c.pace_tokens is None else ": never holds while work waits",
+                c.surge_tokens, "" if c.pace_tokens is None else ": never holds while work waits",
             )  # fmt: skip
 
     def step(self, core: Any) -> None:
