@@ -183,7 +183,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("surge_tokens", "int", None, "a PACED tick where some rank is filled caps each "
             "rank's prefill at S tokens instead (>= pace_tokens; D10)", low=1,
             off="the surge cap off", flag="--surge-tokens", metavar="S",
-            carriers=(DP, VLLM, VLLM_DP, SGLANG), caps=True, at_least="pace_tokens"),
+            carriers=(DP, VLLM_DP, SGLANG), caps=True, at_least="pace_tokens"),
 )  # fmt: skip
 """Every gate setting, in ``AlignedGateConfig``'s field order."""
 
@@ -227,10 +227,11 @@ def validate(owner: str, config: object) -> None:
 
 def pairing(values: Mapping[str, object], where: Callable[[str], str]) -> str | None:
     """Why ``values`` (by field name, each already in its own range) break an ``at_least``
-    (``where`` names a field as its reader spells it), or None."""
+    (``where`` names a field as its reader spells it), or None. A setting whose
+    ``at_least`` is not among ``values`` at all is left to whoever reads that one."""
     for s in SETTINGS:
         value, base = values.get(s.name), values.get(s.at_least)
-        if not s.at_least or value is None:
+        if not s.at_least or value is None or s.at_least not in values:
             continue
         if base is None:
             return f"{where(s.name)} is {value!r}, which needs {where(s.at_least)} set"

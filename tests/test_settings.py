@@ -102,7 +102,7 @@ def test_every_carrier_dataclass_has_the_declared_defaults(cls: type, carrier: s
 
 def test_the_carriers_keys() -> None:
     assert keys(VLLM) == ("dense_tokens", "max_hold_passes", "enabled", "stall_passes",
-                          "pace_tokens", "surge_tokens")  # fmt: skip
+                          "pace_tokens")  # fmt: skip
     assert set(keys(VLLM)) < set(keys(VLLM_DP))
     assert tuple(k for k in keys(VLLM_DP) if k not in keys(VLLM)) == DP_ONLY_KEYS
     assert {s.name for s in flagged()} <= {s.name for s in carried(DP)}
@@ -285,7 +285,10 @@ def test_a_setting_below_or_without_the_one_it_needs_is_refused_by_every_reader(
         keys_ = {str(s.key(VLLM_DP)): base.low, **given}
         where = _vllm_where(str(s.key(VLLM_DP))).removesuffix(" must be ")
         with pytest.raises(ValueError, match=rf"{where}.* {why} "):
-            gate_config_from({"densegate": keys_}, **LIMITS)
+            aligned_config_from({"densegate": keys_}, **DP_KW)
+        if s.key(VLLM) is not None:
+            with pytest.raises(ValueError, match=rf"{where}.* {why} "):
+                gate_config_from({"densegate": keys_}, **LIMITS)
     monkeypatch.setattr(cli_dp, "launch", lambda *a, **k: pytest.fail("launched"))
     assert cli_main([*RUN, s.flag, str(base.low)]) == 2
     err = capsys.readouterr().err

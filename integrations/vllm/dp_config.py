@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 
 from densegate.impl.dp_gate import VECTOR_SIZE, AlignedGateConfig
-from densegate.impl.settings import VLLM, VLLM_DP, carried, read
+from densegate.impl.settings import VLLM, VLLM_DP, carried, pairing, read, setting
 from densegate.integrations.vllm.config import (
     CONFIG_KEY,
     check_no_cadence,
@@ -104,6 +104,9 @@ def aligned_config_from(
     given = (additional_config or {}).get(CONFIG_KEY)
     if not graphs and not (isinstance(given, Mapping) and "pace_tokens" in given):
         settings["pace_tokens"] = settings["dense_tokens"]
+    why = pairing({**settings, **extra}, lambda name: _where(str(setting(name).key(VLLM_DP))))
+    if why is not None:
+        raise ValueError(why)
     return AlignedGateConfig(**settings, **extra)
 
 
