@@ -267,8 +267,7 @@ class AlignedGate:
         ):
             reason = Reason.DENSE
         elif self._paced:
-            self._h = 0
-            return self._surged if filled > 0 else self._decisions[Reason.PACED]
+            reason = Reason.PACED
         elif self._aligned(waiting_ranks + vacant):
             reason = Reason.ALIGNED
         elif self._stall > 0 and tick - self._grew_at >= self._stall:
@@ -279,6 +278,8 @@ class AlignedGate:
             self._h += 1
             return _DECISIONS[Reason.HOLD]
         self._h = 0
+        if filled > 0 and reason is Reason.PACED:
+            return self._surged  # some rank holds a dense pass's worth: the surge cap
         return self._decisions[reason]
 
     def _aligned(self, waiting_ranks: int) -> bool:

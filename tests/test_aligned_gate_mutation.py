@@ -40,9 +40,10 @@ class UnpacedLockstep(AlignedLockstep):
 
 # _rules compares, in order: fill > last_fill, waiting_ranks == 0, decodes == 0,
 # no_decode > 0, pressured > 0, waiting_ranks == world, fill >= fill_target, filled > 0,
-# stall > 0, tick - grew_at >= stall, h + 1 >= budget. Its ``and``s, inner first:
-# no_decode > 0 and not paced, kv valve and pressured, waiting_ranks == world and fill
-# >= fill_target, filled > 0 and not paced, stall > 0 and tick - grew_at >= stall.
+# stall > 0, tick - grew_at >= stall, h + 1 >= budget, then the surge's filled > 0 and
+# reason is PACED. Its ``and``s, inner first: no_decode > 0 and not paced, kv valve and
+# pressured, waiting_ranks == world and fill >= fill_target, filled > 0 and not paced,
+# stall > 0 and tick - grew_at >= stall, filled > 0 and reason is PACED.
 MUTANTS = [
     *[("negate", i) for i in range(11) if i != 5],
     ("shift", 0),  # fill >= last_fill: a flat fill counts as growth
@@ -84,6 +85,10 @@ PACED_MUTANTS = [
     ("keep_right", 2),  # dense without every rank waiting
     ("keep_left", 0),  # a no-decode rank fires NO_DECODE uncapped in paced mode
     ("keep_left", 3),  # a filled rank fires DENSE uncapped in paced mode
+    ("negate", 11),  # the surge cap where no rank is filled (and pace_tokens where one is)
+    ("shift", 8),  # filled >= 0: the surge cap on every PACED tick
+    ("keep_left", 5),  # the surge cap on any fire with a filled rank (DENSE included)
+    ("keep_right", 5),  # the surge cap on every PACED tick
 ]
 
 

@@ -113,6 +113,7 @@ def _aligned(params: dict[str, Any]) -> AlignedGate:
         kv_pressure_valve=params["kv"],
         align_ticks=params["A"] if params["al"] else None,
         pace_tokens=params["Cp"] if params["pc"] else None,
+        surge_tokens=params["Cs"] if params["pc"] else None,
     )
     assert cfg.fill_tokens == params["T"]
     return AlignedGate(cfg, params["N"])
@@ -209,7 +210,7 @@ def test_two_budgets_hold_their_sum_the_aligned_gate_one_budget() -> None:
     row; the aligned gate (spec and implementation) holds K - 1 = 29, then BUDGET."""
     K, B, N = 30, 100, 2
     params = {"B": B, "K": K, "N": N, "T": B, "S": 0, "kv": False, "enabled": True}
-    params |= {"al": False, "A": 0, "pc": False, "Cp": 1, "cmin": 1, "cmax": 1}
+    params |= {"al": False, "A": 0, "pc": False, "Cp": 1, "Cs": 1, "cmin": 1, "cmax": 1}
     obs = {"W": 2, "F": 10, "D": 4, "P": 0, "C": 0, "Fl": 0, "Nd": 0, "Va": 0}
     obs |= {"lw": 1, "lf": 5, "ld": 2, "lp": 0, "lfl": 0, "lnd": 0, "lva": 0}
 

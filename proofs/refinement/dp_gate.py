@@ -263,8 +263,7 @@ _DENSE = """    elif (waiting_ranks == self._world and fill >= self._fill_target
         reason = Reason.DENSE
 """
 _PACED = """    elif self._paced:
-        self._h = 0
-        return self._surged if filled > 0 else self._decisions[Reason.PACED]
+        reason = Reason.PACED
 """
 _DENSE_THEN_PACED, _PACED_THEN_DENSE = _DENSE + _PACED, _PACED + _DENSE
 
@@ -352,14 +351,14 @@ R2_CAP_MUTANTS: tuple[CodeMutant, ...] = (
     _m(
         "surge_ignored",
         "a PACED tick with a filled rank keeps pace_tokens (surge_tokens never given)",
-        "return self._surged if filled > 0 else",
-        "return",
+        "if filled > 0 and reason is Reason.PACED:",
+        "if False:",
     ),
     _m(
         "surge_on_fill",
         "the surge judged on the aggregate fill reaching fill_tokens, not on a filled rank",
-        "return self._surged if filled > 0 else",
-        "return self._surged if fill >= self._fill else",
+        "if filled > 0 and reason is Reason.PACED:",
+        "if fill >= self._fill and reason is Reason.PACED:",
     ),
 )
 """Broken AlignedGates that differ from the spec in the cap alone: R2 refutes them (its step

@@ -52,8 +52,9 @@ def dp_spec_mismatches(
         "A": cfg.align_ticks or 0,
         "pc": cfg.pace_tokens is not None,
         "Cp": cfg.pace_tokens or 1,
+        "Cs": cfg.surge_tokens or cfg.pace_tokens or 1,
         "cmin": 1,
-        "cmax": cfg.pace_tokens or 1,
+        "cmax": cfg.surge_tokens or cfg.pace_tokens or 1,
     }
     state = {"h": 0, "q": 0, "g": 0}
     bad = []
