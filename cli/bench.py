@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -128,6 +129,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --dp and --policies: arrivals in modeled seconds, a tick costing the "
         "slowest rank's pass plus the collective (default), or in ticks (the old clock)",
     )
+    p.add_argument(
+        "--jobs",
+        type=count(1, 64),
+        default=None,
+        metavar="N",
+        help="with --dp and --policies: worker processes for the (workload, load) cells, "
+        "each a seeded run, so the tables do not depend on N (default: one per CPU; 1: "
+        "this process)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--plot",
@@ -162,8 +172,8 @@ def main(args: argparse.Namespace) -> int:
     args.device = args.device or "cpu"
     workloads = _names(args.workloads, list(WORKLOADS))
     if args.dp > 1 and args.runner == "torch" and args.policies:
-        if profile is not None or args.load:
-            flag = "--cost" if profile is not None else "--load"
+        if profile is not None or args.load or args.jobs:
+            flag = "--cost" if profile is not None else "--load" if args.load else "--jobs"
             print(f"densegate bench: {flag} is for the modeled side by side; --dp "
                   f"{args.dp} --runner torch --policies measures", file=sys.stderr)  # fmt: skip
             return 2
@@ -181,7 +191,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.dp > 1 and args.policies:
         return _dp_policies(args, profile, workloads, None if args.quiet else _progress)
-    for flag, value in (("--load", args.load), ("--clock", args.clock)):
+    for flag, value in (("--load", args.load), ("--clock", args.clock), ("--jobs", args.jobs)):
         if value:
             print(f"densegate bench: {flag} needs --dp N, --cost and --policies", file=sys.stderr)
             return 2
@@ -274,7 +284,7 @@ def _dp_policies(
     from densegate.lab.bench import WORKLOADS, bench_config
     from densegate.lab.bench.dp_load import write_load_plots
     from densegate.lab.bench.dp_policies import DP_POLICIES, format_policy_tables
-    from densegate.lab.bench.dp_side import default_gate, side_by_side
+    from densegate.lab.bench.dp_side import Sweep, default_gate, side_by_side
 
     policies = _names(args.policies, list(DP_POLICIES))
     if not _dp_names_known(workloads, policies):
@@ -286,10 +296,10 @@ def _dp_policies(
     clock = args.clock or "seconds"
     base = bench_config()
     gate = default_gate(profile.model, base)
-    out: list[dict[str, Any]] = []
-    for name in workloads:
-        out += side_by_side(WORKLOADS[name], base, args, profile.model, policies, clock, gate,
-                            progress)  # fmt: skip
+    sweep = Sweep(base, profile.model, args.dp, args.seed, args.requests, tuple(args.load or ()),
+                  tuple(policies), clock, gate)  # fmt: skip
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    out = side_by_side(sweep, [WORKLOADS[n] for n in workloads], jobs, progress)
     ok = all(r["finished"] == e["requests"] for e in out for r in e["policies"])
     plots = write_load_plots(out, args.plot, args.dp) if args.plot else []
     meaning = (

@@ -92,3 +92,32 @@ def test_bench_json_says_seconds_and_ticks_stays_available(
     assert cli_main([*base, "--clock", "ticks"]) == 0
     assert json.loads(capsys.readouterr().out)["clock"] == "ticks"
     assert cli_main(["bench", "--clock", "seconds"]) == 2
+
+
+def test_the_cells_in_worker_processes_give_the_same_tables(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--jobs``: each (workload, load) cell is a seeded run, so where it runs changes no
+    figure; bad or misplaced values are one line, exit 2."""
+    base = ["bench", "--dp", "2", "--cost", "roofline:H100-SXM", "--workload", "steady,chat",
+            "--requests", "4", "--policies", "densegate,gate-off,vllm-cadence-2", "--load",
+            "0.3,0.9", "--json", "--quiet"]  # fmt: skip
+    assert cli_main([*base, "--jobs", "1"]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert cli_main([*base, "--jobs", "3"]) == 0
+    three = json.loads(capsys.readouterr().out)
+    assert one == three
+    assert [(w["name"], w["load"]) for w in one["workloads"]] == [
+        (n, load) for n in ("steady", "chat") for load in (0.3, 0.9)
+    ]
+    for argv, says in (
+        ([*base, "--jobs", "0"], "--jobs"),
+        (["bench", "--jobs", "2"], "--jobs needs --dp N"),
+        (
+            ["bench", "--dp", "2", "--runner", "torch", "--policies", "densegate", "--jobs", "2"],
+            "--jobs is for the modeled side by side",
+        ),
+    ):
+        assert cli_main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and says in err, err

@@ -11,8 +11,9 @@ replays the old tick clock (arrivals in ticks, idle time skipped) for comparison
 
 from __future__ import annotations
 
-import argparse
+import multiprocessing
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from densegate.lab.bench.workloads import Workload
 from densegate.lab.cost.model import PassModel
 from densegate.lab.cost.ridge import regime
 
-__all__ = ["DEFAULT_LOAD", "DefaultGate", "default_gate", "side_by_side"]
+__all__ = ["DEFAULT_LOAD", "DefaultGate", "Sweep", "default_gate", "side_by_side"]
 
 DEFAULT_LOAD = 0.6
 """The seconds clock's load when ``--load`` is not given."""
@@ -63,44 +64,91 @@ def default_gate(model: PassModel, engine: EngineConfig) -> DefaultGate:
     return DefaultGate(r.mode, pace, surge, r.decode_ms, r.mixed_ms, r.penalty_share)
 
 
+@dataclass(frozen=True)
+class Sweep:
+    """What every cell of a side by side shares: sizes, seed, loads, clock, the default gate."""
+
+    engine: EngineConfig
+    model: PassModel
+    dp: int
+    seed: int
+    requests: int | None
+    loads: tuple[float, ...]
+    """The ``--load`` values; empty: the clock's default (tick clock: the workload as is)."""
+    policies: tuple[str, ...]
+    clock: str
+    gate: DefaultGate
+
+
+def _capacity(sweep: Sweep, workload: Workload) -> float:
+    """The workload's modeled capacity on the sweep's clock (0: the tick clock, no load)."""
+    w, s = workload, sweep
+    if s.clock == "seconds":
+        probe = seconds_trace(w, s.seed, s.dp, s.requests, 1.0)
+        return capacity_tokens_per_s(probe, s.engine, s.dp, s.model, s.seed)
+    if not s.loads:
+        return 0.0
+    return capacity_per_tick(dp_trace(w, s.seed, s.dp, s.requests), s.engine, s.dp, s.model, s.seed)
+
+
+def _cell(sweep: Sweep, workload: Workload, load: float, cap: float) -> dict[str, Any]:
+    """One workload at one load: ``{"name", "load", "requests", "policies", "goal", ...}``
+    with the capacity and offered rate it was built from."""
+    w, s = workload, sweep
+    extra: dict[str, Any]
+    if s.clock == "seconds":
+        probe = seconds_trace(w, s.seed, s.dp, s.requests, 1.0)
+        rate = arrival_rate(probe, load, cap)
+        trace = seconds_trace(w, s.seed, s.dp, s.requests, rate)
+        extra = {"capacity_tokens_per_s": cap, "offered_requests_per_s": rate}
+    else:
+        base = dp_trace(w, s.seed, s.dp, s.requests)
+        trace = at_load(base, load, cap) if s.loads else base
+        extra = {"capacity_requests_per_tick": cap, "offered_requests_per_tick":
+                 offered_per_tick(trace)} if s.loads else {}  # fmt: skip
+    runs = run_dp_policies(trace, s.engine, s.dp, s.model, s.policies, s.seed, clock=s.clock,
+                           pace_tokens=s.gate.pace_tokens,
+                           surge_tokens=s.gate.surge_tokens)  # fmt: skip
+    rows = policy_rows(runs)
+    return {"name": w.name, "load": load, "requests": len(trace), "policies": rows,
+            "goal": goal(rows), **extra}  # fmt: skip
+
+
 def side_by_side(
-    workload: Workload,
-    engine: EngineConfig,
-    args: argparse.Namespace,
-    model: PassModel,
-    policies: Sequence[str],
-    clock: str,
-    gate: DefaultGate,
+    sweep: Sweep,
+    workloads: Sequence[Workload],
+    jobs: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every load's entry for one workload: ``{"name", "load", "requests", "policies",
-    "goal", ...}`` with the capacity and offered rate it was built from."""
-    dp, seed = args.dp, args.seed
-    loads = args.load or ([DEFAULT_LOAD] if clock == "seconds" else [1.0])
-    out: list[dict[str, Any]] = []
-    if clock == "seconds":
-        probe = seconds_trace(workload, seed, dp, args.requests, 1.0)
-        cap = capacity_tokens_per_s(probe, engine, dp, model, seed)
-    else:
-        base = dp_trace(workload, seed, dp, args.requests)
-        cap = capacity_per_tick(base, engine, dp, model, seed) if args.load else 0.0
-    for load in loads:
-        extra: dict[str, Any]
-        if clock == "seconds":
-            rate = arrival_rate(probe, load, cap)
-            trace = seconds_trace(workload, seed, dp, args.requests, rate)
-            extra = {"capacity_tokens_per_s": cap, "offered_requests_per_s": rate}
-        else:
-            trace = at_load(base, load, cap) if args.load else base
-            extra = {"capacity_requests_per_tick": cap, "offered_requests_per_tick":
-                     offered_per_tick(trace)} if args.load else {}  # fmt: skip
-        runs = run_dp_policies(trace, engine, dp, model, policies, seed, clock=clock,
-                               pace_tokens=gate.pace_tokens,
-                               surge_tokens=gate.surge_tokens)  # fmt: skip
-        rows = policy_rows(runs)
-        out.append({"name": workload.name, "load": load, "requests": len(trace),
-                    "policies": rows, "goal": goal(rows), **extra})  # fmt: skip
-        if progress is not None:
-            progress(f"{workload.name} load {load}: {len(trace)} requests over {dp} ranks, "
-                     f"{len(policies)} policies done")  # fmt: skip
-    return out
+    """Every workload's entry per load, in order. Each workload's capacity, then each
+    (workload, load) cell, is independent of the others: with ``jobs`` > 1 they run in that
+    many worker processes (spawned, so no rank state is shared), with results identical to
+    one process's (every run is seeded)."""
+    loads = sweep.loads or ((DEFAULT_LOAD,) if sweep.clock == "seconds" else (1.0,))
+    cells = [(w, load) for w in workloads for load in loads]
+    if jobs <= 1 or len(cells) == 1:
+        caps = {w.name: _capacity(sweep, w) for w in workloads}
+        out = []
+        for w, load in cells:
+            out.append(_cell(sweep, w, load, caps[w.name]))
+            _said(progress, out[-1], sweep)
+        return out
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(min(jobs, len(cells)), mp_context=ctx) as pool:
+        caps = dict(
+            zip(
+                (w.name for w in workloads),
+                pool.map(_capacity, [sweep] * len(workloads), workloads),
+                strict=True,
+            )
+        )
+        futures = [pool.submit(_cell, sweep, w, load, caps[w.name]) for w, load in cells]
+        for f in as_completed(futures):
+            _said(progress, f.result(), sweep)
+        return [f.result() for f in futures]  # fmt: skip
+
+
+def _said(progress: Callable[[str], None] | None, entry: dict[str, Any], sweep: Sweep) -> None:
+    if progress is not None:
+        progress(f"{entry['name']} load {entry['load']}: {entry['requests']} requests over "
+                 f"{sweep.dp} ranks, {len(sweep.policies)} policies done")  # fmt: skip
