@@ -267,7 +267,7 @@ def test_best_peer_is_the_engines_own_rules_not_a_variant() -> None:
     def run(tps: float, ttft: float) -> dict[str, Any]:
         p = {"p50": 1.0, "p99": ttft, "max": ttft}
         return {"modeled": {"output_tokens_per_s": tps, "itl_ms": p, "ttft_ms": p},
-                "mixed_ticks": 0, "finished": 1}  # fmt: skip
+                "mixed_ticks": 0, "finished": 1, "reports": []}  # fmt: skip
 
     runs = {"densegate": run(100, 10), "vllm-cadence-2": run(50, 20),
             "vllm-cadence-global": run(200, 5)}  # fmt: skip

@@ -253,6 +253,8 @@ def policy_rows(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "ttft_ms_p50": m["ttft_ms"]["p50"], "ttft_ms_p99": m["ttft_ms"]["p99"],
             "ttft_ms_max": m["ttft_ms"]["max"], "mixed_ticks": r["mixed_ticks"],
             "finished": r["finished"],
+            "decisions": sum(len(x.decisions) + len(x.local_decisions) for x in r["reports"]),
+            "ticks": max((x.ticks for x in r["reports"]), default=0),
         })  # fmt: skip
         f = r.get("floors_p99") or {}
         x = rows[-1]

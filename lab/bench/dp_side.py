@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from densegate.impl.engine import EngineConfig
+from densegate.impl.traces.workload import TraceRequest
 from densegate.lab.bench.dp_load import at_load, capacity_per_tick, offered_per_tick
 from densegate.lab.bench.dp_policies import goal, policy_rows, run_dp_policies
 from densegate.lab.bench.dp_runs import dp_trace
@@ -91,27 +92,40 @@ def _capacity(sweep: Sweep, workload: Workload) -> float:
     return capacity_per_tick(dp_trace(w, s.seed, s.dp, s.requests), s.engine, s.dp, s.model, s.seed)
 
 
-def _cell(sweep: Sweep, workload: Workload, load: float, cap: float) -> dict[str, Any]:
-    """One workload at one load: ``{"name", "load", "requests", "policies", "goal", ...}``
-    with the capacity and offered rate it was built from."""
+def _trace(
+    sweep: Sweep, workload: Workload, load: float, cap: float
+) -> tuple[list[TraceRequest], dict[str, Any]]:
+    """One cell's trace, and the capacity and offered rate it was built from."""
     w, s = workload, sweep
-    extra: dict[str, Any]
     if s.clock == "seconds":
         probe = seconds_trace(w, s.seed, s.dp, s.requests, 1.0)
         rate = arrival_rate(probe, load, cap)
         trace = seconds_trace(w, s.seed, s.dp, s.requests, rate)
-        extra = {"capacity_tokens_per_s": cap, "offered_requests_per_s": rate}
-    else:
-        base = dp_trace(w, s.seed, s.dp, s.requests)
-        trace = at_load(base, load, cap) if s.loads else base
-        extra = {"capacity_requests_per_tick": cap, "offered_requests_per_tick":
-                 offered_per_tick(trace)} if s.loads else {}  # fmt: skip
+        return trace, {"capacity_tokens_per_s": cap, "offered_requests_per_s": rate}
+    base = dp_trace(w, s.seed, s.dp, s.requests)
+    trace = at_load(base, load, cap) if s.loads else base
+    return trace, {"capacity_requests_per_tick": cap, "offered_requests_per_tick":
+                   offered_per_tick(trace)} if s.loads else {}  # fmt: skip
+
+
+def _cell(sweep: Sweep, workload: Workload, load: float, cap: float) -> dict[str, Any]:
+    """One workload at one load: ``{"name", "load", "requests", "policies", "goal", ...}``
+    with the capacity and offered rate it was built from."""
+    s = sweep
+    trace, extra = _trace(sweep, workload, load, cap)
     runs = run_dp_policies(trace, s.engine, s.dp, s.model, s.policies, s.seed, clock=s.clock,
                            pace_tokens=s.gate.pace_tokens,
                            surge_tokens=s.gate.surge_tokens)  # fmt: skip
     rows = policy_rows(runs)
-    return {"name": w.name, "load": load, "requests": len(trace), "policies": rows,
+    return {"name": workload.name, "load": load, "requests": len(trace), "policies": rows,
             "goal": goal(rows), **extra}  # fmt: skip
+
+
+def _span(sweep: Sweep, workload: Workload, load: float, cap: float) -> int:
+    """The cell's last arrival: its replay's length in ticks grows with it, so the longest
+    cells go to the workers first and no long one is left to run alone at the end."""
+    trace, _ = _trace(sweep, workload, load, cap)
+    return max((r.arrival_pass for r in trace), default=0)
 
 
 def side_by_side(
@@ -122,8 +136,8 @@ def side_by_side(
 ) -> list[dict[str, Any]]:
     """Every workload's entry per load, in order. Each workload's capacity, then each
     (workload, load) cell, is independent of the others: with ``jobs`` > 1 they run in that
-    many worker processes (spawned, so no rank state is shared), with results identical to
-    one process's (every run is seeded)."""
+    many worker processes (spawned, so no rank state is shared), longest first, with
+    results identical to one process's (every run is seeded)."""
     loads = sweep.loads or ((DEFAULT_LOAD,) if sweep.clock == "seconds" else (1.0,))
     cells = [(w, load) for w in workloads for load in loads]
     if jobs <= 1 or len(cells) == 1:
@@ -142,7 +156,12 @@ def side_by_side(
                 strict=True,
             )
         )
-        futures = [pool.submit(_cell, sweep, w, load, caps[w.name]) for w, load in cells]
+        spans = [-_span(sweep, w, load, caps[w.name]) for w, load in cells]
+        started = {
+            i: pool.submit(_cell, sweep, *cells[i], caps[cells[i][0].name])
+            for i in sorted(range(len(cells)), key=spans.__getitem__)
+        }
+        futures = [started[i] for i in range(len(cells))]
         for f in as_completed(futures):
             _said(progress, f.result(), sweep)
         return [f.result() for f in futures]  # fmt: skip
