@@ -9,15 +9,13 @@ prefilled under the decision it was handed, so the test reads the cap where it b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from densegate.impl.dp.collective import Collective
 from densegate.impl.dp.config import COORDINATED, DPConfig
-from densegate.impl.dp.report import RankReport
+from densegate.impl.dp.hooks import IdlePhase
 from densegate.impl.engine import Engine, EngineConfig
 from densegate.impl.gate import Decision
 from densegate.impl.sched.plan import PassPlan
@@ -39,7 +37,7 @@ def _trace() -> list[TraceRequest]:
 
 
 @dataclass
-class _Recorder:
+class _Recorder(IdlePhase):
     """Wraps one rank's ``Scheduler.commit``: (pass, reason, cap, admissible, prefilled)."""
 
     engine: Engine
@@ -57,15 +55,6 @@ class _Recorder:
             return batch
 
         sched.commit = commit  # type: ignore[method-assign]
-
-    def at_tick(self, tick: int) -> None:
-        pass
-
-    def before_collective(self, collective: Collective, vector: Sequence[int]) -> None:
-        pass
-
-    def finish(self, report: RankReport) -> None:
-        pass
 
 
 @dataclass

@@ -18,7 +18,7 @@ from densegate.impl.dp.config import Phase
 from densegate.impl.dp.report import RankReport
 from densegate.impl.engine import Engine
 
-__all__ = ["NO_HOOKS", "NoHooks", "PhaseHooks", "RankHooks", "chain"]
+__all__ = ["NO_HOOKS", "IdlePhase", "NoHooks", "PhaseHooks", "RankHooks", "chain"]
 
 
 class PhaseHooks(Protocol):
@@ -46,7 +46,9 @@ class RankHooks(Protocol):
         ...
 
 
-class _Idle:
+class IdlePhase:
+    """Phase hooks that do nothing: the default, and a base for hooks that act at one."""
+
     def at_tick(self, tick: int) -> None:
         pass
 
@@ -61,7 +63,7 @@ class NoHooks:
     """The default: nothing happens at any hook."""
 
     def phase(self, rank: int, index: int, phase: Phase, engine: Engine) -> PhaseHooks:
-        return _Idle()
+        return IdlePhase()
 
 
 NO_HOOKS = NoHooks()

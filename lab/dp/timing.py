@@ -11,13 +11,12 @@ runner (its passes, like the untimed baselines', measure the scheduler alone).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from densegate.impl.dp.collective import Collective
 from densegate.impl.dp.config import COORDINATED, Phase
-from densegate.impl.dp.hooks import PhaseHooks
+from densegate.impl.dp.hooks import IdlePhase, PhaseHooks
 from densegate.impl.dp.report import RankReport
 from densegate.impl.engine import Engine
 from densegate.impl.figures import fmt
@@ -28,15 +27,9 @@ from densegate.lab.dp.phases import BASELINE
 __all__ = ["TimingHooks", "phase_timing", "print_timing"]
 
 
-class _PhaseTiming:
+class _PhaseTiming(IdlePhase):
     def __init__(self, engine: Engine) -> None:
         self.timing = RankTiming(engine)  # installs its timed runner on the engine
-
-    def at_tick(self, tick: int) -> None:
-        pass
-
-    def before_collective(self, collective: Collective, vector: Sequence[int]) -> None:
-        pass
 
     def finish(self, report: RankReport) -> None:
         report.timing = self.timing.report()
