@@ -9,7 +9,8 @@ for a rank nobody asked on). Ranks run as threads in lockstep
 (``tests/support/sglang_priced.py``); the arms differ only in the delayer behind the
 executor: ``plain`` (none: SGLang without ``--enable-prefill-delayer``), ``sglang``
 (SGLang's own ``PrefillDelayer``, its gather in process; defaults: no low watermark, no
-queue trigger) and ``densegate`` (``DenseGatePrefillDelayer`` at its defaults). Both
+queue trigger) and ``densegate`` (``DenseGatePrefillDelayer`` at its defaults: the paced
+release at one pass's room, docs/SGLANG.md). Both
 delayers get K = ``--prefill-delayer-max-delay-passes`` (SGLang's default, 30).
 
 Scenarios: the failures of SGLang's public threads, rebuilt from their descriptions
@@ -33,7 +34,8 @@ modeled tokens/s, TTFT p99 and ITL p99 (ms).
 Exit 1 when densegate holds K passes in a row, disagrees across ranks or leaves a
 request unfinished (the bar CI holds today). Issue 32's goal
 (``densegate.lab.bench.side_goal``) is printed per scenario as ``goal: met`` / ``goal:
-missed`` lines; ``--goal`` also exits 1 on a missed one. Run from the repository root
+missed`` lines, then one line per scenario (docs/SGLANG.md's table) and the bars met;
+``--goal`` also exits 1 on a missed one. Run from the repository root
 in a venv with SGLang (``.ci/sglang_venv DIR``): ``python benchmarks/sglang_side_by_side.py``
 (``--json`` for the figures as JSON, ``--requests N`` to shrink the bench workloads).
 """
@@ -217,6 +219,39 @@ def _table(rows: list[dict[str, Any]], profile: str) -> str:
     return "\n".join(lines)
 
 
+def summary(rows: list[dict[str, Any]], ver: list[Verdict]) -> str:
+    """One line per scenario, densegate against the bars' arms (docs/SGLANG.md's table)."""
+    head = (
+        "| scenario | dp | passes: densegate / plain | TTFT p99 passes: densegate / sglang "
+        "| held: densegate / sglang | modeled tok/s: densegate / best "
+        "| modeled TTFT p99 ms: densegate / best | modeled ITL p99 ms: densegate / best "
+        "| goal bars missed |"
+    )
+    lines = [head, "|" + "---|" * 9]
+    by: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by.setdefault((r["name"], r["dp"]), {})[r["policy"]] = r
+    for (name, dp), arms in by.items():
+        us, plain, sg = arms["densegate"], arms["plain"], arms["sglang"]
+        others = [m["modeled"] for a, m in arms.items() if a != "densegate"]
+        best = {k: pick(o[k] for o in others) for k, pick in
+                (("tokens_per_s", max), ("ttft_ms_p99", min), ("itl_ms_p99", min))}  # fmt: skip
+        mine = [v for v in ver if (v.scenario, v.dp) == (name, dp)]
+        m = us["modeled"]
+        lines.append(
+            f"| {name} | {dp} | {us['passes']} / {plain['passes']} | "
+            f"{us['ttft_passes_p99']:.0f} / {sg['ttft_passes_p99']:.0f} | "
+            f"{100 * us['held_share']:.1f}% / {100 * sg['held_share']:.1f}% | "
+            f"{m['tokens_per_s']:.0f} / {best['tokens_per_s']:.0f} | "
+            f"{m['ttft_ms_p99']:.0f} / {best['ttft_ms_p99']:.0f} | "
+            f"{m['itl_ms_p99']:.2f} / {best['itl_ms_p99']:.2f} | "
+            f"{sum(not v.met for v in mine)} of {len(mine)} |"
+        )
+    met = sum(v.met for v in ver)
+    lines.append(f"\ngoal bars met: {met} of {len(ver)}")
+    return "\n".join(lines)
+
+
 def failures(rows: list[dict[str, Any]]) -> list[str]:
     """Today's bar: densegate never holds K passes in a row, never disagrees, finishes all."""
     return [
@@ -275,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(_table(rows, prof.name))
         print("\n".join(v.line() for v in ver))
+        print(f"\n{summary(rows, ver)}")
     bad = failures(rows)
     for line in bad:
         print(f"FAIL: {line}", file=sys.stderr)

@@ -52,8 +52,10 @@ CARRIERS = (DP, VLLM, VLLM_DP, SGLANG)
 APPLIES_CAP = (DP, VLLM, VLLM_DP)
 """The carriers whose scheduler applies ``Decision.cap`` (densegate's own, under
 ``DPConfig``; vLLM's, through its per-step token budget,
-``densegate.integrations.vllm.budget``); the others refuse a ``caps`` setting turned on
-(``read``)."""
+``densegate.integrations.vllm.budget``). SGLang's pass is sized before the gate is asked,
+so there a cap is taken only at or above one pass's prefill room, which every pass keeps
+anyway: its config checks that where the room is known
+(``densegate.integrations.sglang.config.gate_config``)."""
 
 
 class _Required:
@@ -76,8 +78,9 @@ class Setting:
     made from this declaration (``metavar`` its value's name). ``carriers`` read it, under
     its name unless ``renamed`` gives another for a carrier. ``caps``: turning it
     on makes decisions carry ``Decision.cap``, which the engine's scheduler must
-    apply (an integration that does not refuses it). ``at_least``: another optional
-    setting this one needs on beside it, with this value at least that one's.
+    apply (``APPLIES_CAP``; SGLang takes only a cap its pass keeps anyway).
+    ``at_least``: another optional setting this one needs on beside it, with this
+    value at least that one's.
     """
 
     name: str
@@ -183,7 +186,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("surge_tokens", "int", None, "a PACED tick where some rank is filled caps each "
             "rank's prefill at S tokens instead (>= pace_tokens; D10)", low=1,
             off="the surge cap off", flag="--surge-tokens", metavar="S",
-            carriers=(DP, VLLM_DP, SGLANG), caps=True, at_least="pace_tokens"),
+            carriers=(DP, VLLM_DP), caps=True, at_least="pace_tokens"),
 )  # fmt: skip
 """Every gate setting, in ``AlignedGateConfig``'s field order."""
 
@@ -251,9 +254,8 @@ def read(
     """``carrier``'s settings (``only`` these, if given) from ``raw`` (its keys there), by
     field name. An absent key takes its default (``defaults`` first); ``nulls``: settings
     whose None means something here too (the carrier's own default). A bad value raises
-    ``ValueError`` naming ``where(key)`` and what it must be, and so does a ``caps``
-    setting turned on where the engine does not apply ``Decision.cap``. Unknown keys are
-    the caller's to refuse."""
+    ``ValueError`` naming ``where(key)`` and what it must be. Unknown keys are the
+    caller's to refuse."""
     given, null = defaults or {}, nulls or {}
     out: dict[str, Any] = {}
     for s in carried(carrier) if only is None else only:
@@ -262,13 +264,6 @@ def read(
             raise ValueError(f"{carrier} does not read {s.name}")
         value = raw.get(key, given.get(s.name, s.default))
         why = s.problem(where(key), value, null.get(s.name))
-        if why is None and s.caps and value is not None and carrier not in APPLIES_CAP:
-            why = (
-                f"{where(key)} is {value!r}, but this engine's scheduler is not given the "
-                "cap it sets (Decision.cap reaches densegate's own scheduler and vLLM's token "
-                "budget; SGLang's PrefillAdder picks a pass's first admission before it asks "
-                "the delayer), so a PACED tick would prefill uncapped: leave it null (off)"
-            )
         if why is not None:
             raise ValueError(why)
         out[s.name] = value
@@ -303,7 +298,7 @@ def _cell(s: Setting, carrier: str) -> str:
     if key is None:
         return "-"
     return (
-        f"`{key}` (null only: no cap applied)"
+        f"`{key}` (at least one pass's room, its default there)"
         if s.caps and carrier not in APPLIES_CAP
         else f"`{key}`"
     )

@@ -35,7 +35,13 @@ from densegate.impl.settings import (
     setting,
     table,
 )
-from densegate.integrations.sglang.config import ENV_VAR, PluginSettings, settings_from_env
+from densegate.integrations.sglang import config as sglang_config
+from densegate.integrations.sglang.config import (
+    ENV_VAR,
+    PluginSettings,
+    gate_config,
+    settings_from_env,
+)
 from densegate.integrations.vllm.config import gate_config_from
 from densegate.integrations.vllm.dp_config import DP_ONLY_KEYS, aligned_config_from
 
@@ -91,13 +97,18 @@ def test_aligned_gate_config_has_the_declared_fields_and_defaults() -> None:
         assert f.default == want, s.name
 
 
+OWN_DEFAULTS = {(SGLANG, "pace_tokens"): sglang_config.ROOM}
+"""A carrier's own default, where it differs: SGLang paces at one pass's room."""
+
+
 @pytest.mark.parametrize(("cls", "carrier"), [(DPConfig, DP), (PluginSettings, SGLANG)])
 def test_every_carrier_dataclass_has_the_declared_defaults(cls: type, carrier: str) -> None:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for s in carried(carrier):
         assert s.name in fields, f"{cls.__name__} lacks {s.name}"
         if s.default is not REQUIRED:
-            assert fields[s.name].default == s.default, s.name
+            want = OWN_DEFAULTS.get((carrier, s.name), s.default)
+            assert fields[s.name].default == want, s.name
 
 
 def test_the_carriers_keys() -> None:
@@ -221,26 +232,40 @@ def test_one_vllm_engine_refuses_the_dp_only_keys(key: str) -> None:
 
 
 CAPS = tuple(s for s in SETTINGS if s.caps)
+ROOM = {"max_delay_passes": 30, "max_prefill_tokens": 4096, "chunked_prefill_size": 2048}
+"""SGLang flags whose pass room is 2048."""
 
 
 @pytest.mark.parametrize("s", CAPS, ids=_ids(CAPS))
-def test_a_cap_setting_is_read_but_refused_on_where_no_scheduler_applies_the_cap(
-    s: Setting,
-) -> None:
-    """SGLang's delayer cannot cap the engine's prefill: a PACED tick would run uncapped, so
-    the key is read, range-checked and refused unless null. vLLM's schedulers apply it."""
-    assert SGLANG not in APPLIES_CAP and VLLM in APPLIES_CAP and VLLM_DP in APPLIES_CAP
+def test_vllm_applies_every_cap_setting(s: Setting) -> None:
+    assert VLLM in APPLIES_CAP and VLLM_DP in APPLIES_CAP
     key = str(s.key(VLLM_DP))
     assert aligned_config_from({"densegate": {key: None}}, **DP_KW) == AlignedGateConfig(240)
     got = aligned_config_from({"densegate": {key: _good(s), **_beside(s)}}, **DP_KW)
     assert getattr(got, s.name) == _good(s)
-    assert getattr(settings_from_env({ENV_VAR: json.dumps({key: None})}), s.name) is None
-    with pytest.raises(ValueError, match=rf"{ENV_VAR}\['{key}'\] is {_good(s)}, but this engine"):
-        settings_from_env({ENV_VAR: json.dumps({key: _good(s)})})
+
+
+def test_sglang_takes_a_cap_only_at_or_above_one_passes_room() -> None:
+    """SGLang's PrefillAdder sizes a pass before the delayer is asked, so a cap below the
+    pass's room would not be applied: the config refuses it, naming the room. Absent, the
+    cap is the room (the paced release); null is the hold mode; the surge is not read."""
+    assert SGLANG not in APPLIES_CAP
+    assert [s.name for s in carried(SGLANG) if s.caps] == ["pace_tokens"]
+    assert "surge_tokens" not in keys(SGLANG)
+
+    def cfg(raw: dict[str, object]) -> AlignedGateConfig:
+        return gate_config(settings_from_env({ENV_VAR: json.dumps(raw)}), **ROOM)
+
+    assert cfg({}).pace_tokens == 2048 == cfg({"pace_tokens": 2048}).pace_tokens
+    assert cfg({"pace_tokens": 5000}).pace_tokens == 5000  # above the room: the room binds
+    assert cfg({"pace_tokens": None}).pace_tokens is None
+    with pytest.raises(ValueError, match=rf"{ENV_VAR}\['pace_tokens'\] must be null .* room "
+                       r"2048 .* would not be applied, got 2047$"):  # fmt: skip
+        cfg({"pace_tokens": 2047})
 
 
 VLLM_DP_OK = tuple(s for s in carried(VLLM_DP) if not s.caps)
-SGLANG_OK = tuple(s for s in carried(SGLANG) if not s.caps)
+SGLANG_OK = carried(SGLANG)
 
 
 @pytest.mark.parametrize("s", VLLM_DP_OK, ids=_ids(VLLM_DP_OK))

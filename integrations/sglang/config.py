@@ -9,15 +9,24 @@ The rest comes from the environment variable ``DENSEGATE_SGLANG``, a JSON
 object, read in every scheduler process (SGLang starts them with the parent's
 environment, so every rank reads the same value)::
 
-    DENSEGATE_SGLANG='{"dense_tokens": 4096, "target_fill": 0.75, "stall_ticks": 8}'
+    DENSEGATE_SGLANG='{"pace_tokens": null, "target_fill": 0.75, "stall_ticks": 8}'
 
 ``dense_tokens`` defaults to the prefill room of one SGLang pass:
 ``min(--max-prefill-tokens, --chunked-prefill-size)`` (chunked prefill off:
 ``--max-prefill-tokens``), so a dense pass is always reachable.
+
+``pace_tokens`` defaults to that room too: the paced release, which never holds while
+work waits. Its cap cannot be lower here: ``PrefillAdder`` sizes a pass's first
+admission before the executor asks the delayer, and a pass is an extend or a decode
+(no prefill rides along decodes), so a cap at the room, which every pass already
+keeps, is the only one SGLang's pass applies. ``null`` turns it off: the hold mode
+(DENSE, ALIGNED, STALL and the budget K), SGLang's delayer's kind of rule. Why the
+room is the default: ``benchmarks/sglang_side_by_side.py`` (docs/SGLANG.md).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,8 +39,10 @@ from densegate.integrations.versions import release
 
 __all__ = [
     "ENV_VAR",
+    "ROOM",
     "SUPPORTED_SGLANG",
     "PluginSettings",
+    "Room",
     "UnsupportedSglangVersion",
     "check_sglang_version",
     "default_dense_tokens",
@@ -55,6 +66,17 @@ _KEYS = (*keys(SGLANG), _WATERMARK)
 """The gate settings SGLang reads (``densegate.impl.settings``), then the watermark."""
 _ROOM = "one pass's prefill room"
 _K_FLAG = "--prefill-delayer-max-delay-passes"
+_PACE = "pace_tokens"
+
+
+class Room(enum.Enum):
+    """One SGLang pass's prefill room, as a setting's value: known once SGLang's flags are."""
+
+    ROOM = _ROOM
+
+
+ROOM = Room.ROOM
+"""``pace_tokens``' default: the paced release at one pass's prefill room."""
 
 
 class UnsupportedSglangVersion(ImportError):
@@ -86,11 +108,10 @@ class PluginSettings:
     """KV pool usage (SGLang's max pool usage, 0..1) at or over which a rank reports
     KV pressure; only read by the gate with ``kv_pressure_valve`` on."""
     align_ticks: int | None = None
-    pace_tokens: int | None = None
-    surge_tokens: int | None = None
-    """``align_ticks``, ``pace_tokens``, ``surge_tokens``: the aligned gate's releases and
-    caps (``None``: off), as
-    declared in ``densegate.impl.settings``, like every field here but the watermark."""
+    pace_tokens: int | Room | None = ROOM
+    """``align_ticks`` and ``pace_tokens``: the aligned gate's releases (``None``: off), as
+    declared in ``densegate.impl.settings``, like every field here but the watermark;
+    ``pace_tokens`` is the paced release at one pass's room (``ROOM``) unless set."""
 
 
 def _where(key: str) -> str:
@@ -112,6 +133,8 @@ def settings_from_env(environ: Mapping[str, str]) -> PluginSettings:
     if unknown:
         raise ValueError(f"{ENV_VAR} has unknown keys {unknown}; known: {list(_KEYS)}")
     got = read(SGLANG, raw, _where, defaults={"dense_tokens": None}, nulls={"dense_tokens": _ROOM})
+    if _PACE not in raw:
+        got[_PACE] = ROOM
     mark = raw.get(_WATERMARK, 0.9)
     if isinstance(mark, bool) or not isinstance(mark, int | float) or not 0 < mark <= 1:
         raise ValueError(f"{_where(_WATERMARK)} must be a number in (0, 1], got {mark!r}")
@@ -150,11 +173,17 @@ def gate_config(
             f"(min(--max-prefill-tokens, --chunked-prefill-size)): a larger one is never "
             f"dense, got {dense!r}"
         )
-    return AlignedGateConfig(
-        dense_tokens=dense,
-        max_hold_passes=max_delay_passes,
-        **{s.name: getattr(settings, s.name) for s in carried(SGLANG) if s.name != "dense_tokens"},
-    )
+    pace = room if settings.pace_tokens is ROOM else settings.pace_tokens
+    if pace is not None and pace < room:
+        raise ValueError(
+            f"{_where(_PACE)} must be null (the hold mode) or >= one pass's prefill room "
+            f"{room} (min(--max-prefill-tokens, --chunked-prefill-size)): SGLang's "
+            f"PrefillAdder sizes a pass's first admission before it asks the delayer, so a "
+            f"smaller cap would not be applied, got {pace!r}"
+        )
+    kept = {s.name: getattr(settings, s.name) for s in carried(SGLANG)}
+    kept.update(dense_tokens=dense, pace_tokens=pace)
+    return AlignedGateConfig(max_hold_passes=max_delay_passes, **kept)
 
 
 _SGLANG_REASONS = {Reason.HOLD: "delay", Reason.BUDGET: "wait_timeout", Reason.EMPTY: ""}

@@ -2,11 +2,13 @@
 and SGLang's own all-gather, deciding alike on every rank, pass after pass.
 
 Each group runs a ``RankLoad`` per rank (``tests.support.sglang_ranks``) for a
-fixed number of passes. The checks: every rank logged the same decisions from
-the same reduced vectors at the same ticks; every rank made exactly one
-collective per pass; the decisions agree with the proved DP machine at every
-pass and pass the conformance kit's judge; a rank that never gets a request
-still joins every pass (through SGLang's ``finalize``). Every wait is bounded
+fixed number of passes: at the plugin's defaults (the paced release at one pass's
+room) and in the hold mode (``pace_tokens`` null), with and without its valves. The
+checks: every rank logged the same decisions from the same reduced vectors at the same
+ticks; every rank made exactly one collective per pass; the decisions agree with the
+proved DP machine at every pass; the default holds no pass while work waits; the hold
+mode's two-rank run passes the conformance kit's judge; a rank that never gets a
+request still joins every pass (through SGLang's ``finalize``). Every wait is bounded
 (gloo's collective timeout, ``GROUP_TIMEOUT_S`` on the group).
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from densegate.impl.dp_vector import WAITING_RANKS
 from densegate.impl.traces.workload import TraceRequest
 from tests.sglang.conftest import HAS_SGLANG, SKIP_REASON
 from tests.support.sglang_judge import dp_spec_mismatches, kit_judge, longest_hold_run
@@ -38,13 +41,25 @@ def _trace(world: int, idle: tuple[int, ...] = ()) -> list[tuple[int, TraceReque
     return out
 
 
+HOLD_MODE = {"pace_tokens": None}
+"""The paced release off: the hold mode (DENSE, ALIGNED, STALL, the budget K)."""
+
+
 @pytest.fixture(scope="module")
-def two(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
+def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
+    """The plugin's defaults: the paced release at one pass's room."""
     plan = RankPlan(world=2, passes=PASSES, max_delay_passes=6, env={}, trace=_trace(2))
     return run_ranks(plan, tmp_path_factory.mktemp("model"), GROUP_TIMEOUT_S)
 
 
-SETTINGS = {"target_fill": 0.5, "stall_ticks": 3, "kv_pressure_valve": True}
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
+    env = {"DENSEGATE_SGLANG": json.dumps(HOLD_MODE)}
+    plan = RankPlan(world=2, passes=PASSES, max_delay_passes=6, env=env, trace=_trace(2))
+    return run_ranks(plan, tmp_path_factory.mktemp("model"), GROUP_TIMEOUT_S)
+
+
+SETTINGS = {**HOLD_MODE, "target_fill": 0.5, "stall_ticks": 3, "kv_pressure_valve": True}
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +79,7 @@ def _shared(payload: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [rec[:5] for rec in payload["records"]]
 
 
-@pytest.mark.parametrize("group", ["two", "four"])
+@pytest.mark.parametrize("group", ["paced", "two", "four"])
 def test_every_rank_logs_the_same_decisions(group: str, request: pytest.FixtureRequest) -> None:
     got = request.getfixturevalue(group)
     first = _shared(got[0])
@@ -72,12 +87,13 @@ def test_every_rank_logs_the_same_decisions(group: str, request: pytest.FixtureR
     for payload in got.values():
         assert _shared(payload) == first
         assert payload["ticks"] == PASSES  # one collective per pass, on every rank
-    # The decisions are not all alike: the run exercises holds and several fire reasons.
+    # The decisions are not all alike: the run exercises holds (the hold mode) or PACED
+    # fires, and several reasons.
     reasons = {rec[2] for rec in first}
-    assert "HOLD" in reasons and len(reasons) >= 3, reasons
+    assert ("PACED" if group == "paced" else "HOLD") in reasons and len(reasons) >= 3, reasons
 
 
-@pytest.mark.parametrize("group", ["two", "four"])
+@pytest.mark.parametrize("group", ["paced", "two", "four"])
 def test_decisions_agree_with_the_dp_spec(group: str, request: pytest.FixtureRequest) -> None:
     got = request.getfixturevalue(group)
     for payload in got.values():
@@ -88,6 +104,22 @@ def test_decisions_agree_with_the_dp_spec(group: str, request: pytest.FixtureReq
 def test_no_hold_run_reaches_the_budget(group: str, request: pytest.FixtureRequest) -> None:
     payload = request.getfixturevalue(group)[0]
     assert longest_hold_run(payload["records"]) <= payload["config"].max_hold_passes - 1
+
+
+def test_the_default_paces_at_the_room_and_never_holds_while_work_waits(
+    paced: dict[int, Any],
+) -> None:
+    for payload in paced.values():
+        cfg = payload["config"]
+        assert cfg.pace_tokens == cfg.dense_tokens == 2048  # one pass's room, the default
+        for rec in payload["records"]:
+            assert rec[1] or rec[4][WAITING_RANKS] == 0, rec  # HOLD only with nothing waiting
+        assert payload["finished"] == payload["submitted"]
+    records = list(paced[0]["records"])
+    k = next(i for i, r in enumerate(records) if r[2] == "PACED")
+    tick, _, _, _, reduced, local = records[k]
+    records[k] = (tick, False, "HOLD", 1, reduced, local)  # a hold while work waits
+    assert dp_spec_mismatches(records, paced[0]["config"], paced[0]["world"])
 
 
 def test_the_conformance_kit_judges_the_two_rank_run(two: dict[int, Any]) -> None:
