@@ -55,7 +55,7 @@ sys.path[:0] = [str(ROOT)]
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import TraceRequest  # noqa: E402
 from densegate.lab.bench.hard_loads import LOADS, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, goal  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, best, goal  # noqa: E402
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -194,11 +194,15 @@ def _figures(scenario: Scenario, policy: str, run: PricedRun) -> dict[str, Any]:
     }
 
 
+def _as_goal(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows as the goal reads them: the scenario ``scenario``, the arm ``name``."""
+    return [{**r, "scenario": r["name"], "name": r["policy"], "steps": r["passes"],
+             "ttft_steps_p99": r["ttft_passes_p99"]} for r in rows]  # fmt: skip
+
+
 def verdicts(rows: list[dict[str, Any]]) -> list[Verdict]:
-    """Issue 32's goal: the goal's rows name the scenario ``scenario`` and the arm ``name``."""
-    as_goal = [{**r, "scenario": r["name"], "name": r["policy"], "steps": r["passes"],
-                "ttft_steps_p99": r["ttft_passes_p99"]} for r in rows]  # fmt: skip
-    return goal(as_goal, ttft_refs=["sglang"], held_ref="sglang")
+    """Issue 32's goal, per scenario and bar."""
+    return goal(_as_goal(rows), ttft_refs=["sglang"], held_ref="sglang")
 
 
 def _table(rows: list[dict[str, Any]], profile: str) -> str:
@@ -229,22 +233,22 @@ def summary(rows: list[dict[str, Any]], ver: list[Verdict]) -> str:
     )
     lines = [head, "|" + "---|" * 9]
     by: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        by.setdefault((r["name"], r["dp"]), {})[r["policy"]] = r
+    for r in _as_goal(rows):
+        by.setdefault((r["scenario"], r["dp"]), {})[r["name"]] = r
     for (name, dp), arms in by.items():
         us, plain, sg = arms["densegate"], arms["plain"], arms["sglang"]
-        others = [m["modeled"] for a, m in arms.items() if a != "densegate"]
-        best = {k: pick(o[k] for o in others) for k, pick in
-                (("tokens_per_s", max), ("ttft_ms_p99", min), ("itl_ms_p99", min))}  # fmt: skip
+        others = [r for a, r in arms.items() if a != "densegate"]
+        cols = (("tokens_per_s", True), ("ttft_ms_p99", False), ("itl_ms_p99", False))
+        tps, ttft, itl = (best(others, k, high) for k, high in cols)
         mine = [v for v in ver if (v.scenario, v.dp) == (name, dp)]
         m = us["modeled"]
         lines.append(
             f"| {name} | {dp} | {us['passes']} / {plain['passes']} | "
             f"{us['ttft_passes_p99']:.0f} / {sg['ttft_passes_p99']:.0f} | "
             f"{100 * us['held_share']:.1f}% / {100 * sg['held_share']:.1f}% | "
-            f"{m['tokens_per_s']:.0f} / {best['tokens_per_s']:.0f} | "
-            f"{m['ttft_ms_p99']:.0f} / {best['ttft_ms_p99']:.0f} | "
-            f"{m['itl_ms_p99']:.2f} / {best['itl_ms_p99']:.2f} | "
+            f"{m['tokens_per_s']:.0f} / {tps[0]:.0f} | "
+            f"{m['ttft_ms_p99']:.0f} / {ttft[0]:.0f} | "
+            f"{m['itl_ms_p99']:.2f} / {itl[0]:.2f} | "
             f"{sum(not v.met for v in mine)} of {len(mine)} |"
         )
     met = sum(v.met for v in ver)

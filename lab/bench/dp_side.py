@@ -108,24 +108,18 @@ def _trace(
                    offered_per_tick(trace)} if s.loads else {}  # fmt: skip
 
 
-def _cell(sweep: Sweep, workload: Workload, load: float, cap: float) -> dict[str, Any]:
-    """One workload at one load: ``{"name", "load", "requests", "policies", "goal", ...}``
-    with the capacity and offered rate it was built from."""
+def _cell(
+    sweep: Sweep, name: str, load: float, trace: list[TraceRequest], extra: dict[str, Any]
+) -> dict[str, Any]:
+    """One workload at one load, from its trace (``_trace``): ``{"name", "load",
+    "requests", "policies", "goal", ...}`` with the capacity and offered rate in ``extra``."""
     s = sweep
-    trace, extra = _trace(sweep, workload, load, cap)
     runs = run_dp_policies(trace, s.engine, s.dp, s.model, s.policies, s.seed, clock=s.clock,
                            pace_tokens=s.gate.pace_tokens,
                            surge_tokens=s.gate.surge_tokens)  # fmt: skip
     rows = policy_rows(runs)
-    return {"name": workload.name, "load": load, "requests": len(trace), "policies": rows,
+    return {"name": name, "load": load, "requests": len(trace), "policies": rows,
             "goal": goal(rows), **extra}  # fmt: skip
-
-
-def _span(sweep: Sweep, workload: Workload, load: float, cap: float) -> int:
-    """The cell's last arrival: its replay's length in ticks grows with it, so the longest
-    cells go to the workers first and no long one is left to run alone at the end."""
-    trace, _ = _trace(sweep, workload, load, cap)
-    return max((r.arrival_pass for r in trace), default=0)
 
 
 def side_by_side(
@@ -136,7 +130,8 @@ def side_by_side(
 ) -> list[dict[str, Any]]:
     """Every workload's entry per load, in order. Each workload's capacity, then each
     (workload, load) cell, is independent of the others: with ``jobs`` > 1 they run in that
-    many worker processes (spawned, so no rank state is shared), longest first, with
+    many worker processes (spawned, so no rank state is shared), the cells with the latest
+    last arrival (the longest replays) first so no long one runs alone at the end, with
     results identical to one process's (every run is seeded)."""
     loads = sweep.loads or ((DEFAULT_LOAD,) if sweep.clock == "seconds" else (1.0,))
     cells = [(w, load) for w in workloads for load in loads]
@@ -144,7 +139,7 @@ def side_by_side(
         caps = {w.name: _capacity(sweep, w) for w in workloads}
         out = []
         for w, load in cells:
-            out.append(_cell(sweep, w, load, caps[w.name]))
+            out.append(_cell(sweep, w.name, load, *_trace(sweep, w, load, caps[w.name])))
             _said(progress, out[-1], sweep)
         return out
     ctx = multiprocessing.get_context("spawn")
@@ -156,9 +151,10 @@ def side_by_side(
                 strict=True,
             )
         )
-        spans = [-_span(sweep, w, load, caps[w.name]) for w, load in cells]
+        built = [_trace(sweep, w, load, caps[w.name]) for w, load in cells]
+        spans = [-max((r.arrival_pass for r in trace), default=0) for trace, _ in built]
         started = {
-            i: pool.submit(_cell, sweep, *cells[i], caps[cells[i][0].name])
+            i: pool.submit(_cell, sweep, cells[i][0].name, cells[i][1], *built[i])
             for i in sorted(range(len(cells)), key=spans.__getitem__)
         }
         futures = [started[i] for i in range(len(cells))]

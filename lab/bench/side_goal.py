@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["STEPS_RATIO", "TOKENS_RATIO", "Verdict", "goal"]
+__all__ = ["STEPS_RATIO", "TOKENS_RATIO", "Verdict", "best", "goal"]
 
 STEPS_RATIO = 1.05
 TOKENS_RATIO = 0.995
@@ -38,7 +38,8 @@ class Verdict:
                 "detail": self.detail}  # fmt: skip
 
 
-def _best(rows: Sequence[Mapping[str, Any]], key: str, high: bool) -> tuple[float, str]:
+def best(rows: Sequence[Mapping[str, Any]], key: str, high: bool) -> tuple[float, str]:
+    """The best ``modeled[key]`` among ``rows`` (highest if ``high``) and its arm's name."""
     pick = max if high else min
     row = pick(rows, key=lambda r: float(r["modeled"][key]))
     return float(row["modeled"][key]), str(row["name"])
@@ -78,12 +79,12 @@ def goal(
             h, rh = float(us["held_share"]), float(by[held_ref]["held_share"])
             add("held-share", h <= rh, f"{100 * h:.1f}% vs {held_ref} {100 * rh:.1f}%")
         m = us["modeled"]
-        best, name = _best(others, "tokens_per_s", high=True)
-        add("modeled-tokens/s", m["tokens_per_s"] >= TOKENS_RATIO * best,
-            f"{m['tokens_per_s']:.0f} vs {name} {best:.0f} (bar 0.995x)")  # fmt: skip
+        top, name = best(others, "tokens_per_s", high=True)
+        add("modeled-tokens/s", m["tokens_per_s"] >= TOKENS_RATIO * top,
+            f"{m['tokens_per_s']:.0f} vs {name} {top:.0f} (bar 0.995x)")  # fmt: skip
         for key, label in (("ttft_ms_p99", "modeled-ttft-p99"), ("itl_ms_p99", "modeled-itl-p99")):
-            best, name = _best(others, key, high=False)
-            add(label, m[key] <= best, f"{m[key]:.2f} ms vs {name} {best:.2f} ms")
+            top, name = best(others, key, high=False)
+            add(label, m[key] <= top, f"{m[key]:.2f} ms vs {name} {top:.2f} ms")
         add("disagreements", us["disagreements"] == 0, f"{us['disagreements']}")
         unfinished = [f"{r['name']} {r['finished']}/{r['submitted']}" for r in at
                       if r["finished"] != r["submitted"]]  # fmt: skip
