@@ -27,9 +27,9 @@ is noisier. The baseline's ranks are threads (its only driver) handing over at
 every collective, and what that costs depends on where the OS runs them: on idle
 cores the hand-overs cross cores and cost up to twice what they cost on one core,
 so the ratio is printed as the bench runs (unpinned) and, with ``--pin CPU``, with
-every measurement on one core (this tree's replay is one thread either way). Every
-repeat of a row must decide and model exactly the same on this tree, and the
-script says so or exits 1. Last, the ``sweep`` row: the bench as it runs a sweep
+every measurement but the sweep row's on one core (this tree's replay is one thread
+either way). Every repeat of a row must decide and model exactly the same on this
+tree, and the script says so or exits 1. Last, the ``sweep`` row: the bench as it runs a sweep
 (``bench --jobs N``, one process per CPU by default), its own ``side_by_side`` over
 every workload at loads 0.3, 0.6 and 0.9, the cells in N spawned worker processes,
 timed on the wall clock (capacity probes and process start-up included) against the
@@ -169,11 +169,13 @@ def replay(
 
 # -- the driver -----------------------------------------------------------------------------
 def _measure(args: argparse.Namespace, tree: str, workload: str, replay: str) -> dict[str, Any]:
+    # The sweep row is never pinned: the cores it adds are what it measures.
+    pin = () if args.pin is None or replay == "jobs" else ("--pin", str(args.pin))
     cmd = [sys.executable, __file__, "--worker", "--tree", tree, "--workload", workload,
            "--replay", replay, "--dp", str(args.dp), "--requests", str(args.requests),
            "--policies", args.policies, "--cost", args.cost, "--load", str(args.load),
            "--jobs", str(args.jobs),
-           *(() if args.pin is None else ("--pin", str(args.pin)))]  # fmt: skip
+           *pin]  # fmt: skip
     env = dict(os.environ, PYTHONPATH="")  # the worker chooses its densegate itself
     done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     got: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])

@@ -37,7 +37,9 @@ request unfinished (the bar CI holds today). Issue 32's goal
 missed`` lines, then one line per scenario (docs/SGLANG.md's table) and the bars met;
 ``--goal`` also exits 1 on a missed one. Run from the repository root
 in a venv with SGLang (``.ci/sglang_venv DIR``): ``python benchmarks/sglang_side_by_side.py``
-(``--json`` for the figures as JSON, ``--requests N`` to shrink the bench workloads).
+(``--json`` for the figures as JSON, ``--requests N`` to shrink the bench workloads,
+``--settings JSON`` to run the densegate arm with other ``DENSEGATE_SGLANG`` settings, e.g.
+``'{"pace_tokens": null}'``: the hold mode; a bad one is refused in one line, exit 2).
 """
 
 from __future__ import annotations
@@ -54,6 +56,12 @@ sys.path[:0] = [str(ROOT)]
 
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import TraceRequest  # noqa: E402
+from densegate.integrations.sglang.config import (  # noqa: E402
+    ENV_VAR,
+    PluginSettings,
+    gate_config,
+    settings_from_env,
+)
 from densegate.lab.bench.hard_loads import LOADS, hard_load  # noqa: E402
 from densegate.lab.bench.side_goal import Verdict, best, goal  # noqa: E402
 from densegate.lab.bench.step_price import (  # noqa: E402
@@ -151,12 +159,20 @@ def _hard_scenarios(requests_per_rank: int | None, step_us: int, dps: list[int])
     return out
 
 
-def run(scenario: Scenario, policy: str, model: Any, profile: str, step_us: int) -> dict[str, Any]:
-    """One scenario under one arm on the modeled clock; the figures of the run."""
+def run(
+    scenario: Scenario,
+    policy: str,
+    model: Any,
+    profile: str,
+    step_us: int,
+    settings: PluginSettings | None = None,
+) -> dict[str, Any]:
+    """One scenario under one arm on the modeled clock; the figures of the run
+    (``settings``: the densegate arm's, None for the plugin's defaults)."""
     reqs = scenario.requests(step_us)
     clock = StepClock(model, [r.at_us for r in reqs], profile)
     return _figures(scenario, policy, run_priced(scenario.dp, reqs, policy, scenario.limits,
-                                                 clock, K))  # fmt: skip
+                                                 clock, K, settings))  # fmt: skip
 
 
 def _figures(scenario: Scenario, policy: str, run: PricedRun) -> dict[str, Any]:
@@ -283,7 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default="issue,bench,hard",
                     help="groups (issue, bench, hard) or scenario names")  # fmt: skip
     ap.add_argument("--dps", default=",".join(map(str, DPS)), help="dp sizes (bench, hard)")
+    ap.add_argument("--settings", default=None, metavar="JSON",
+                    help=f"the densegate arm's {ENV_VAR} (default: unset, the plugin's "
+                         "defaults), e.g. '{\"pace_tokens\": null}' for the hold mode")  # fmt: skip
     args = ap.parse_args(argv)
+    settings = None
+    if args.settings is not None:
+        try:
+            settings = settings_from_env({ENV_VAR: args.settings})
+            gate_config(settings, max_delay_passes=K, max_prefill_tokens=LIMITS.max_prefill_tokens,
+                        chunked_prefill_size=LIMITS.chunked_prefill_size)  # fmt: skip
+        except ValueError as e:
+            print(f"--settings: {e}", file=sys.stderr)
+            return 2
     for flag, value in (("--requests", args.requests),
                         ("--requests-per-rank", args.requests_per_rank)):  # fmt: skip
         if value < 1:
@@ -305,11 +333,12 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [s for g, ss in groups.items() for s in ss if g in want or s.name in want]
     if not scenarios:
         ap.error(f"--scenarios {args.scenarios!r} selects nothing")
-    rows = [run(s, p, prof.model, prof.name, step_us) for s in scenarios for p in POLICIES]
+    rows = [run(s, p, prof.model, prof.name, step_us, settings)
+            for s in scenarios for p in POLICIES]  # fmt: skip
     ver = verdicts(rows)
     if args.json:
-        doc = {"profile": prof.name, "nominal_step_us": step_us, "scenarios": rows,
-               "goal": [v.as_dict() for v in ver]}  # fmt: skip
+        doc = {"profile": prof.name, "nominal_step_us": step_us, "settings": args.settings,
+               "scenarios": rows, "goal": [v.as_dict() for v in ver]}  # fmt: skip
         print(json.dumps(doc, indent=1))
     else:
         print(_table(rows, prof.name))

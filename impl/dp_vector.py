@@ -37,8 +37,6 @@ gate's, so a tick costs one collective and nothing else::
 
 This docstring is the one description of the vector; ``vector_size(world)``
 gives its length.
-This docstring is the one description of the vector; ``vector_size(world)``
-gives its length.
 """
 
 from __future__ import annotations

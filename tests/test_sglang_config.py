@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,3 +149,55 @@ def test_the_package_imports_no_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pkg.settings_from_env({}) == pkg.PluginSettings()
     with pytest.raises(ImportError):
         _ = pkg.DenseGatePrefillDelayer
+
+
+def _script(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``benchmarks/sglang_side_by_side.py`` as a module (its parsing needs no SGLang)."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    return importlib.import_module("sglang_side_by_side")
+
+
+class _Ran(Exception):
+    """Raised by the stand-in for a scenario's run: the settings got that far."""
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ('{"pace_tokens": 5}', "got 5"),
+        ("nope", "'nope'"),
+        ('{"align_ticks": -1}', "got -1"),
+        ('{"bogus": 1}', "['bogus']"),
+    ],
+)
+def test_the_side_by_sides_settings_are_checked_before_any_run(
+    value: str, named: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``benchmarks/sglang_side_by_side.py --settings`` reads them as the plugin does, and a
+    bad value is one line naming it, exit 2, before any scenario runs."""
+    sbs = _script(monkeypatch)
+
+    def no_run(*_: object) -> None:
+        raise _Ran
+
+    monkeypatch.setattr(sbs, "run", no_run)
+    assert sbs.main(["--settings", value, "--scenarios", "lopsided"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("--settings: ") and named in err[0], err
+
+
+def test_good_side_by_side_settings_reach_the_densegate_arm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The twin: a good value passes the check and is what the arms run with."""
+    sbs = _script(monkeypatch)
+    seen: list[object] = []
+
+    def record(*args: object) -> None:
+        seen.append(args[-1])
+        raise _Ran  # one scenario's first arm is enough
+
+    monkeypatch.setattr(sbs, "run", record)
+    with pytest.raises(_Ran):
+        sbs.main(["--settings", '{"pace_tokens": null, "align_ticks": 0}', "--scenarios", "chat"])
+    assert seen == [PluginSettings(pace_tokens=None, align_ticks=0)]

@@ -103,12 +103,15 @@ def sglang_delayer(dp: int, rank: int, ex: Exchange, k: int) -> Any:
     return d
 
 
-def densegate_delayer(dp: int, rank: int, ex: Exchange, k: int, limits: Limits) -> Any:
+def densegate_delayer(
+    dp: int, rank: int, ex: Exchange, k: int, limits: Limits, settings: Any = None
+) -> Any:
+    """densegate's delayer with ``settings`` (a ``PluginSettings``; None: the defaults)."""
     from densegate.integrations.sglang.config import PluginSettings, gate_config
     from densegate.integrations.sglang.delayer import DenseGatePrefillDelayer
 
     d = DenseGatePrefillDelayer.__new__(DenseGatePrefillDelayer)
-    d.settings = PluginSettings()
+    d.settings = PluginSettings() if settings is None else settings
     d.gate_config = gate_config(
         d.settings,
         max_delay_passes=k,
@@ -137,9 +140,16 @@ class PricedRun:
 
 
 def run_priced(
-    dp: int, requests: Sequence[Routed], policy: str, limits: Limits, clock: StepClock, k: int
+    dp: int,
+    requests: Sequence[Routed],
+    policy: str,
+    limits: Limits,
+    clock: StepClock,
+    k: int,
+    settings: Any = None,
 ) -> PricedRun:
-    """One arm over ``requests`` (``clock.arrivals_us`` are their times), ranks as threads."""
+    """One arm over ``requests`` (``clock.arrivals_us`` are their times), ranks as threads;
+    ``settings``: the densegate arm's ``PluginSettings`` (None: the plugin's defaults)."""
     from sglang.srt.managers.prefill_delayer import (
         PrefillDelayerSinglePassExecutor,
         RecentPrefillBatchSizeTracker,
@@ -176,7 +186,7 @@ def run_priced(
     make: dict[str, Callable[[int], Any]] = {
         "plain": lambda rank: None,
         "sglang": lambda rank: sglang_delayer(dp, rank, ex, k),
-        "densegate": lambda rank: densegate_delayer(dp, rank, ex, k, limits),
+        "densegate": lambda rank: densegate_delayer(dp, rank, ex, k, limits, settings),
     }
 
     def rank_loop(rank: int) -> None:
