@@ -29,8 +29,8 @@ cores the hand-overs cross cores and cost up to twice what they cost on one core
 so the ratio is printed as the bench runs (unpinned) and, with ``--pin CPU``, with
 every measurement but the sweep row's on one core (this tree's replay is one thread
 either way). Every repeat of a row must decide and model exactly the same on this
-tree, and the script says so or exits 1. Last, the ``sweep`` row: the bench as it runs a sweep
-(``bench --jobs N``, one process per CPU by default), its own ``side_by_side`` over
+tree, and the script says so or exits 1. Last, the ``sweep`` row: the bench as it runs
+a sweep (``bench --jobs N``, one process per CPU by default), its own ``side_by_side`` over
 every workload at loads 0.3, 0.6 and 0.9, the cells in N spawned worker processes,
 timed on the wall clock (capacity probes and process start-up included) against the
 baseline rows' wall clock, since the cores it adds are what it measures. Run from the

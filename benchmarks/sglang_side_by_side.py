@@ -341,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
                "scenarios": rows, "goal": [v.as_dict() for v in ver]}  # fmt: skip
         print(json.dumps(doc, indent=1))
     else:
+        if args.settings is not None:
+            print(f"densegate arm: {ENV_VAR}={args.settings}")
         print(_table(rows, prof.name))
         print("\n".join(v.line() for v in ver))
         print(f"\n{summary(rows, ver)}")

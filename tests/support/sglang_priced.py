@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from densegate.integrations.sglang.config import PluginSettings
 from densegate.lab.bench.step_price import StepClock
 from tests.support.sglang_load import Limits, PassResult, RankLoad
 
@@ -104,10 +105,10 @@ def sglang_delayer(dp: int, rank: int, ex: Exchange, k: int) -> Any:
 
 
 def densegate_delayer(
-    dp: int, rank: int, ex: Exchange, k: int, limits: Limits, settings: Any = None
+    dp: int, rank: int, ex: Exchange, k: int, limits: Limits, settings: PluginSettings | None = None
 ) -> Any:
     """densegate's delayer with ``settings`` (a ``PluginSettings``; None: the defaults)."""
-    from densegate.integrations.sglang.config import PluginSettings, gate_config
+    from densegate.integrations.sglang.config import gate_config
     from densegate.integrations.sglang.delayer import DenseGatePrefillDelayer
 
     d = DenseGatePrefillDelayer.__new__(DenseGatePrefillDelayer)
@@ -146,7 +147,7 @@ def run_priced(
     limits: Limits,
     clock: StepClock,
     k: int,
-    settings: Any = None,
+    settings: PluginSettings | None = None,
 ) -> PricedRun:
     """One arm over ``requests`` (``clock.arrivals_us`` are their times), ranks as threads;
     ``settings``: the densegate arm's ``PluginSettings`` (None: the plugin's defaults)."""
