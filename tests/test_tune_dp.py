@@ -37,11 +37,12 @@ def test_small_run_proposes_a_candidate_within_the_ttft_allowance(
     assert main(argv) == 0
     res = json.loads(capsys.readouterr().out)["results"]["steady"]
     rows = res["candidates"]
-    # a surge cap only beside a pace cap at or under it: (off, 200) and (365, 200) are skipped
+    # a surge cap only beside a pace cap at or under it: (off, 200) and (365, 200) are skipped;
+    # a paced candidate runs once (K and align_ticks do not apply: None in its row)
     got = [(r["max_hold_passes"], r["align_ticks"], r["pace_tokens"], r["surge_tokens"])
            for r in rows]  # fmt: skip
-    want = [(k, a, c, g) for k in (2, 30) for a in (None, 0)
-            for c, g in ((None, None), (365, None), (365, 706))]  # fmt: skip
+    want: list[tuple[int | None, ...]] = [(k, a, None, None) for k in (2, 30) for a in (None, 0)]
+    want += [(None, None, 365, None), (None, None, 365, 706)]
     assert got == want
     assert all(r["finished"] == res["requests"] for r in rows)
     assert "trtllm-adp-variant" not in res["peers"]  # variants are not the bar

@@ -4,7 +4,10 @@ engines' own DP rules through the same rank loops (modeled; ``densegate tune --d
 them on the seconds clock).
 
 Each workload's peers run once; then every candidate (K, A, C, S) runs as the densegate
-phase alone on the same trace (a surge cap only beside a pace cap at or under it). The
+phase alone on the same trace (a surge cap only beside a pace cap at or under it). A paced
+candidate (C set) runs once, whatever K and A: the paced release never holds, so ALIGNED
+and the budget are never reached (D9), and its row has ``max_hold_passes`` and
+``align_ticks`` None (they do not apply); hold-mode candidates run every (K, A). The
 proposal is issue 31's goal read as a choice: among the candidates whose TTFT p99 is at
 most the best peer's, the highest tokens/s (ties: lower TTFT p99); each row also says
 whether it meets the whole goal (``goal``). None meets the TTFT part: then no proposal,
@@ -61,10 +64,13 @@ def tune_dp(
             "itl_ms_p99": min(p["itl_ms_p99"] for p in peers.values()),
             "ttft_ms_p99": min(p["ttft_ms_p99"] for p in peers.values())}  # fmt: skip
     rows = []
-    grid = [(k, a, c, g) for k in holds for a in aligns for c in paces for g in surges
-            if g is None or (c is not None and g >= c)]  # fmt: skip
+    grid: list[tuple[int | None, int | None, int | None, int | None]] = [
+        (k, a, None, None) for k in holds for a in aligns if None in paces
+    ]
+    grid += [(None, None, c, g) for c in paces if c is not None for g in surges
+             if g is None or g >= c]  # fmt: skip
     for k, a, c, g in grid:
-        cfg = dataclasses.replace(engine, max_hold_passes=k)
+        cfg = engine if k is None else dataclasses.replace(engine, max_hold_passes=k)
         run = run_dp_policies(trace, cfg, dp, model, ["densegate"], seed, align_ticks=a,
                               pace_tokens=c, clock=clock, surge_tokens=g)  # fmt: skip
         f = _figures(run["densegate"])
@@ -115,7 +121,8 @@ def format_dp_tuning(name: str, t: dict[str, Any]) -> list[str]:
 
 
 def _setting(r: dict[str, Any]) -> str:
+    if r.get("pace_tokens") is not None:  # paced: K and align_ticks do not apply
+        g = "" if r.get("surge_tokens") is None else f" surge_tokens={r['surge_tokens']}"
+        return f"pace_tokens={r['pace_tokens']}{g}"
     a = "off" if r["align_ticks"] is None else r["align_ticks"]
-    c = "off" if r.get("pace_tokens") is None else r["pace_tokens"]
-    g = "" if r.get("surge_tokens") is None else f" surge_tokens={r['surge_tokens']}"
-    return f"K={r['max_hold_passes']} align_ticks={a} pace_tokens={c}{g}"
+    return f"K={r['max_hold_passes']} align_ticks={a} pace_tokens=off"
