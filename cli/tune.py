@@ -322,6 +322,13 @@ def main(args: argparse.Namespace) -> int:
                             "--dense-tokens, --ttft-ms or --ttft-passes")  # fmt: skip
             for s in flagged():  # a bad value fails here, before any run
                 _candidates(getattr(args, s.name), s.name)
+            paces = _paces(args.pace_tokens)
+            hold_only = [f for f, v in (("--max-hold-passes", args.max_hold),
+                                        ("--align-ticks", args.align_ticks)) if v]  # fmt: skip
+            if paces is not None and None not in paces and hold_only:
+                return fail(f"{hold_only[0]} sets hold-mode candidates, but --pace-tokens "
+                            f"{' '.join(args.pace_tokens)} has none (the paced release never "
+                            "holds): add 'off' to --pace-tokens")  # fmt: skip
             return _dp_main(args, profile, names, holds)
         candidates = grid(dense, holds, base.max_num_batched_tokens)
         target = None

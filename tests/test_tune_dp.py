@@ -17,6 +17,8 @@ from densegate.cli.main import main
         (["--load", "0.5"], "--load is for --dp N"),
         (["--dp", "2", "--align-ticks", "x"], "got 'x'"),
         (["--dp", "2", "--ttft-ms", "50"], "not with --dense-tokens, --ttft-ms"),
+        (["--dp", "2", "--max-hold-passes", "4", "--pace-tokens", "365"], "add 'off' to"),
+        (["--dp", "2", "--align-ticks", "0", "--pace-tokens", "365"], "--align-ticks sets"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
