@@ -40,6 +40,7 @@ from densegate.lab.baselines.dp_peers import (
     PeerPolicy,
     PeerView,
 )
+from densegate.lab.bench.dp_bound import bound_words
 from densegate.lab.bench.dp_clock import ModeledClocks, figures, floors
 from densegate.lab.bench.dp_runs import run_rank_threads
 from densegate.lab.cost.model import PassModel
@@ -349,6 +350,8 @@ def format_policy_tables(
         if met is not None:
             lines += ["", f"densegate against the best peer (tokens/s >= {TOKENS_SLACK}x, ITL "
                       f"p99 <= 1x, TTFT p99 <= 1x): {goal_words(met)}"]  # fmt: skip
+            if "bound" in w:
+                lines.append(f"the best peers' bars together: {bound_words(w['bound'])}")
     if any(w.get("goal") is not None for w in by_workload):
         from densegate.lab.bench.dp_verdict import format_verdicts
 

@@ -19,8 +19,9 @@ from typing import Any
 
 from densegate.impl.engine import EngineConfig
 from densegate.impl.traces.workload import TraceRequest
+from densegate.lab.bench.dp_bound import goal_bound
 from densegate.lab.bench.dp_load import at_load, capacity_per_tick, offered_per_tick
-from densegate.lab.bench.dp_policies import goal, policy_rows, run_dp_policies
+from densegate.lab.bench.dp_policies import bar_peers, goal, policy_rows, run_dp_policies
 from densegate.lab.bench.dp_runs import dp_trace
 from densegate.lab.bench.dp_seconds import arrival_rate, capacity_tokens_per_s, seconds_trace
 from densegate.lab.bench.workloads import Workload
@@ -112,14 +113,23 @@ def _cell(
     sweep: Sweep, name: str, load: float, trace: list[TraceRequest], extra: dict[str, Any]
 ) -> dict[str, Any]:
     """One workload at one load, from its trace (``_trace``): ``{"name", "load",
-    "requests", "policies", "goal", ...}`` with the capacity and offered rate in ``extra``."""
+    "requests", "policies", "goal", ...}`` with the capacity and offered rate in ``extra``;
+    where the seconds clock's goal is missed on TTFT or ITL, ``"bound"``: whether any rule
+    could meet the best peers' TTFT and ITL p99 together (``densegate.lab.bench.dp_bound``)."""
     s = sweep
     runs = run_dp_policies(trace, s.engine, s.dp, s.model, s.policies, s.seed, clock=s.clock,
                            pace_tokens=s.gate.pace_tokens,
                            surge_tokens=s.gate.surge_tokens)  # fmt: skip
     rows = policy_rows(runs)
-    return {"name": name, "load": load, "requests": len(trace), "policies": rows,
-            "goal": goal(rows), **extra}  # fmt: skip
+    met = goal(rows)
+    out = {"name": name, "load": load, "requests": len(trace), "policies": rows, "goal": met,
+           **extra}  # fmt: skip
+    if s.clock == "seconds" and met is not None and not (met["ttft_ms_p99"] and met["itl_ms_p99"]):
+        peers = [x for x in rows if x["name"] in bar_peers()]
+        ttft = min(x["ttft_ms_p99"] for x in peers)
+        itl = min(x["itl_ms_p99"] for x in peers)
+        out["bound"] = goal_bound(trace, s.engine, s.model, ttft, itl).as_dict()
+    return out
 
 
 def side_by_side(

@@ -5,6 +5,8 @@ where issue 31's goal (and its stretch: ITL and TTFT p99 within 2x the floors) i
 The share of inter-token gaps that end in a tick where some rank prefilled says why an
 ITL column is lost: once it passes 1%, ITL p99 is a mixed pass's cost; a rule whose
 share stays under 1% (by holding, at a TTFT cost) has ITL p99 at the decode-only floor.
+A missed cell whose ``"bound"`` (``densegate.lab.bench.dp_bound``) is unreachable is one no
+rule the bench can run meets: its goal column says so.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -
         "|---|---:|---:|---|---|---:|---:|---|",
     ]
     met = stretch = cells = 0
+    beyond: list[str] = []
     for w in by_workload:
         rows, goal = w["policies"], w.get("goal")
         ours = next((x for x in rows if x["name"] == "densegate"), None)
@@ -48,6 +51,9 @@ def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -
         ttft = _best(rows, bar, "ttft_ms_p99", False)
         ok = all(goal.values())
         met += ok
+        out_of_reach = bool(w.get("bound", {}).get("unreachable"))
+        if out_of_reach:
+            beyond.append(f"{w['name']} {fmt(w['load'])}")
         floors = (ours.get("itl_p99_to_floor"), ours.get("ttft_p99_to_floor"))
         stretch += all(f is not None and f <= STRETCH for f in floors)
         lines.append(
@@ -56,8 +62,13 @@ def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -
             f"{fmt(ours['itl_ms_p99'] / itl['itl_ms_p99'])} ({itl['name']}) | "
             f"{fmt(ours['ttft_ms_p99'] / ttft['ttft_ms_p99'])} ({ttft['name']}) | "
             f"{fmt(floors[0])} / {fmt(floors[1])} | {_pct(ours.get('gaps_in_prefill_ticks'))} / "
-            f"{_pct(itl.get('gaps_in_prefill_ticks'))} | {'met' if ok else 'NOT met'} |"
+            f"{_pct(itl.get('gaps_in_prefill_ticks'))} | {'met' if ok else 'NOT met'}"
+            f"{' (no rule can)' if out_of_reach else ''} |"
         )
     lines += ["", f"goal met in {met} of {cells} cells; stretch (ITL and TTFT p99 <= "
               f"{STRETCH:g}x their floors) met in {stretch} of {cells}"]  # fmt: skip
+    if beyond:
+        lines.append(f"no rule can meet the best peers' TTFT and ITL p99 together in "
+                     f"{len(beyond)} of the missed cells ({', '.join(beyond)}): "
+                     "densegate.lab.bench.dp_bound")  # fmt: skip
     return lines
