@@ -157,6 +157,8 @@ def test_no_run_has_fewer_slow_gaps_than_the_bound_at_its_own_ttft() -> None:
                 "trtllm-adp"]  # fmt: skip
         trace, rows, raw = _cell("bursty", 20, pols, 8, load)
         assert [x["name"] for x in rows] == pols and len(raw) == len(pols)
+        gaps = sum(r.output_len - 1 for r in trace)  # every request ran to its length
+        assert all(len(fig.itl_ms) == gaps for fig in raw)
         for x, fig in zip(rows, raw, strict=True):
             b = goal_bound(trace, bench_config(), MODEL, x["ttft_ms_p99"], 0.0)
             assert b.slow_needed is not None

@@ -5,7 +5,7 @@ A cell of the DP side by side (seconds clock) asks densegate for TTFT p99 <= one
 ITL p99 <= another's. Where the two peers are a rule that starts every prefill at once and a
 rule that holds prefill out of almost every tick, both bars together may be out of reach of
 every rule; this module decides that from the trace and the pass model alone, for every rule
-the bench can run (every gate, cap and hold: the shared scheduler decides what runs). It
+the bench can run (every gate, cap, hold and router over the shared scheduler). It
 rests on facts of the bench's clock (``densegate.lab.bench.dp_clock``) and scheduler:
 
 1. a tick starts at or after every arrival it routes, and costs the slowest rank's pass
@@ -24,10 +24,10 @@ Then a request meeting the TTFT bar ``B`` had its first token's tick start in
 tick_us`` it decodes in every tick; each tick with a prefill in that span ends one of its
 gaps, at least ``mixed_us`` long, above the ITL bar when ``mixed_us`` is. Choosing which
 requests miss the TTFT bar (at most the p99's allowance) and where the first-token ticks
-fall so as to end the fewest such gaps is an interval-stabbing problem, solved exactly by
-``_least_slow_gaps``; the decodes of requests that miss the bar are not counted, so the
-bound is below every rule's count. It is a bound on one trace at one pair of bars, not a
-statement about other traces.
+fall so as to end the fewest such gaps is an interval-stabbing problem, solved exactly
+(``_stab_program``); the decodes of requests that miss the bar are discounted
+(``_least_slow_gaps``), so the bound is at most every such rule's count. It is a bound on
+one trace at one pair of bars, not a statement about other traces.
 
 The pass models must cost no less for more work within a pass kind (the roofline's
 ``max(compute, memory) + launches`` and a linear model's non-negative coefficients do).
