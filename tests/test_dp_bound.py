@@ -205,3 +205,13 @@ def test_the_verdict_and_the_json_carry_the_bound(capsys: pytest.CaptureFixture[
     assert lines[-1].startswith("no rule can meet the best peers' TTFT and ITL p99 together")
     assert cli_main(argv[:-2]) == 0  # the tables: the cell's line in words
     assert "the best peers' bars together: no rule can meet TTFT p99" in capsys.readouterr().out
+
+
+def test_a_ttft_bar_below_any_prefill_tick_is_out_of_reach_alone() -> None:
+    """A bar shorter than the cheapest prefill tick: every request misses it, more than the
+    p99 allows (1 of 3), whatever the ITL bar."""
+    trace = [TraceRequest(i * 100_000, 64, 8) for i in range(3)]
+    b = goal_bound(trace, bench_config(), MODEL, 1.0, 6.0)
+    assert b.ttft_alone and b.unreachable and b.slow_needed is None
+    assert b.describe().startswith("no rule can meet TTFT p99 <= 1 ms on this trace")
+    assert not goal_bound(trace, bench_config(), MODEL, 50.0, 6.0).unreachable  # twin
