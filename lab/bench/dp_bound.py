@@ -189,7 +189,8 @@ def _least_slow_gaps(
         return None
     most = sorted(((b - a) // mixed_us + 1 for a, b in spans), reverse=True)[:late]
     whole = _stab_program(arrivals, spans, w, late, 0)
-    return max(each, 0 if whole is None else whole - sum(most))
+    assert whole is not None  # the same arrivals to cover as ``each``'s
+    return max(each, whole - sum(most))
 
 
 def _stab_program(

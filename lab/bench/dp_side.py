@@ -21,7 +21,7 @@ from densegate.impl.engine import EngineConfig
 from densegate.impl.traces.workload import TraceRequest
 from densegate.lab.bench.dp_bound import goal_bound
 from densegate.lab.bench.dp_load import at_load, capacity_per_tick, offered_per_tick
-from densegate.lab.bench.dp_policies import bar_peers, goal, policy_rows, run_dp_policies
+from densegate.lab.bench.dp_policies import bars, goal, policy_rows, run_dp_policies
 from densegate.lab.bench.dp_runs import dp_trace
 from densegate.lab.bench.dp_seconds import arrival_rate, capacity_tokens_per_s, seconds_trace
 from densegate.lab.bench.workloads import Workload
@@ -124,11 +124,11 @@ def _cell(
     met = goal(rows)
     out = {"name": name, "load": load, "requests": len(trace), "policies": rows, "goal": met,
            **extra}  # fmt: skip
-    if s.clock == "seconds" and met is not None and not (met["ttft_ms_p99"] and met["itl_ms_p99"]):
-        peers = [x for x in rows if x["name"] in bar_peers()]
-        ttft = min(x["ttft_ms_p99"] for x in peers)
-        itl = min(x["itl_ms_p99"] for x in peers)
-        out["bound"] = goal_bound(trace, s.engine, s.model, ttft, itl).as_dict()
+    best = bars(rows)
+    if s.clock == "seconds" and met and best and not (met["ttft_ms_p99"] and met["itl_ms_p99"]):
+        out["bound"] = goal_bound(
+            trace, s.engine, s.model, best["ttft_ms_p99"], best["itl_ms_p99"]
+        ).as_dict()
     return out
 
 
