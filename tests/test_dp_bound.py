@@ -202,7 +202,8 @@ def test_the_verdict_and_the_json_carry_the_bound(capsys: pytest.CaptureFixture[
     assert cell["bound"]["unreachable"] is True
     lines = format_verdicts([cell], ["vllm-cadence-2", "atom-coalescer"])
     assert "NOT met (no rule can)" in lines[2]
-    assert lines[-1].startswith("no rule can meet the best peers' TTFT and ITL p99 together")
+    assert lines[-2].startswith("no rule can meet the best peers' TTFT and ITL p99 together")
+    assert lines[-1].startswith("an engine rule beats densegate on tokens/s, TTFT p99 and ITL p99")
     assert cli_main(argv[:-2]) == 0  # the tables: the cell's line in words
     assert "the best peers' bars together: no rule can meet TTFT p99" in capsys.readouterr().out
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from densegate.lab.bench.dp_verdict import beaten_by, format_verdicts
 from densegate.lab.bench.hard_loads import HOT_SHARE, LOADS, OSC_PERIOD, hard_load
 from densegate.lab.bench.side_goal import dominators, front_line, goal
 
@@ -106,3 +107,24 @@ def test_dominators_are_arms_no_worse_on_every_priced_figure_and_better_on_one()
     other = {**_row("plain", 1, 1, 1, 1, 1), "scenario": "t"}  # scenarios apart
     got = dominators([ours, ahead, {**ours, "scenario": "t"}, other])
     assert got == {("s", 2): ["plain"], ("t", 2): []}
+
+
+def test_the_dp_verdict_counts_cells_an_engine_rule_beats_outright() -> None:
+    def row(name: str, tok: float, ttft: float | None, itl: float) -> dict[str, Any]:
+        return {"name": name, "tokens_per_s": tok, "ttft_ms_p99": ttft, "itl_ms_p99": itl}
+
+    ours = row("densegate", 100, 50, 10)
+    cell = [ours, row("vllm-cadence-2", 100, 49, 10), row("trtllm-adp-variant", 101, 50, 9),
+            row("atom-coalescer", 101, 40, 11), row("sglang-delayer", 100, None, 9)]  # fmt: skip
+    bar = ["vllm-cadence-2", "atom-coalescer", "sglang-delayer"]  # the variant is not a bar
+    assert beaten_by(cell, bar) == ["vllm-cadence-2"]
+    assert beaten_by([ours, row("vllm-cadence-2", 100, 50, 10)], bar) == []  # a tie: twin
+    entry = {
+        "name": "w",
+        "load": 0.3,
+        "policies": cell,
+        "goal": {"tokens_per_s": True, "itl_ms_p99": True, "ttft_ms_p99": False},
+    }
+    lines = format_verdicts([entry, {**entry, "load": 0.6, "policies": cell[:1] + cell[2:]}], bar)
+    assert lines[-1] == ("an engine rule beats densegate on tokens/s, TTFT p99 and ITL p99 at "
+                         "once in 1 of 2 cells (w 0.3 by vllm-cadence-2)")  # fmt: skip

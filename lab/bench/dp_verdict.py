@@ -6,7 +6,9 @@ The share of inter-token gaps that end in a tick where some rank prefilled says 
 ITL column is lost: once it passes 1%, ITL p99 is a mixed pass's cost; a rule whose
 share stays under 1% (by holding, at a TTFT cost) has ITL p99 at the decode-only floor.
 A missed cell whose ``"bound"`` (``densegate.lab.bench.dp_bound``) is unreachable is one no
-rule the bench can run meets: its goal column says so.
+rule the bench can run meets: its goal column says so. The last line counts the cells where
+one engine rule beats densegate outright: no worse on tokens/s, TTFT p99 and ITL p99, better
+on one (``densegate.lab.bench.side_goal.beats``, as the engine side by sides judge it).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from densegate.impl.figures import fmt
+from densegate.lab.bench.side_goal import PRICED, beats
 
-__all__ = ["STRETCH", "format_verdicts"]
+__all__ = ["STRETCH", "beaten_by", "format_verdicts"]
 
 STRETCH = 2.0
 """Issue 31's stretch: densegate's ITL p99 and TTFT p99 at most this times their floors."""
@@ -31,6 +34,24 @@ def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.1f}%"
 
 
+def _figures(row: dict[str, Any]) -> tuple[float, ...] | None:
+    got = [row.get(key) for key, _ in PRICED]
+    if any(v is None for v in got):
+        return None
+    return tuple(float(v) for v in got if v is not None)
+
+
+def beaten_by(rows: Sequence[dict[str, Any]], bar: Sequence[str]) -> list[str]:
+    """The engine rules (``bar``) that beat densegate outright in one cell's ``rows``."""
+    ours = next((_figures(x) for x in rows if x["name"] == "densegate"), None)
+    if ours is None:
+        return []
+    return [
+        str(x["name"]) for x in rows
+        if x["name"] in bar and (f := _figures(x)) is not None and beats(f, ours)
+    ]  # fmt: skip
+
+
 def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -> list[str]:
     """The verdict table (markdown lines) for entries ``{"name", "load", "policies", "goal"}``."""
     lines = [
@@ -40,6 +61,7 @@ def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -
     ]
     met = stretch = cells = 0
     beyond: list[str] = []
+    beaten: list[str] = []
     for w in by_workload:
         rows, goal = w["policies"], w.get("goal")
         ours = next((x for x in rows if x["name"] == "densegate"), None)
@@ -54,6 +76,9 @@ def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -
         out_of_reach = bool(w.get("bound", {}).get("unreachable"))
         if out_of_reach:
             beyond.append(f"{w['name']} {fmt(w['load'])}")
+        by = beaten_by(rows, bar)
+        if by:
+            beaten.append(f"{w['name']} {fmt(w['load'])} by {', '.join(by)}")
         floors = (ours.get("itl_p99_to_floor"), ours.get("ttft_p99_to_floor"))
         stretch += all(f is not None and f <= STRETCH for f in floors)
         lines.append(
@@ -71,4 +96,8 @@ def format_verdicts(by_workload: Sequence[dict[str, Any]], bar: Sequence[str]) -
         lines.append(f"no rule can meet the best peers' TTFT and ITL p99 together in "
                      f"{len(beyond)} of the missed cells ({', '.join(beyond)}): "
                      "densegate.lab.bench.dp_bound")  # fmt: skip
+    lines.append(
+        f"an engine rule beats densegate on tokens/s, TTFT p99 and ITL p99 at once in "
+        f"{len(beaten)} of {cells} cells" + (f" ({'; '.join(beaten)})" if beaten else "")
+    )
     return lines

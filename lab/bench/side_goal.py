@@ -25,10 +25,12 @@ __all__ = [
     "STEPS_RATIO",
     "TOKENS_RATIO",
     "Verdict",
+    "beats",
     "best",
     "dominators",
     "front_line",
     "goal",
+    "priced",
 ]
 
 STEPS_RATIO = 1.05
@@ -108,30 +110,32 @@ def goal(
     return out
 
 
-def _no_worse(a: Mapping[str, Any], b: Mapping[str, Any], key: str, high: bool) -> bool:
-    x, y = float(a["modeled"][key]), float(b["modeled"][key])
-    return x >= y if high else x <= y
+def beats(theirs: Sequence[float], ours: Sequence[float]) -> bool:
+    """Whether figures ``theirs`` beat ``ours`` outright, both in ``PRICED``'s order
+    (tokens/s, TTFT p99, ITL p99): no worse on each, and not equal on all. Exact."""
+    no_worse = all(
+        t >= o if high else t <= o for t, o, (_, high) in zip(theirs, ours, PRICED, strict=True)
+    )
+    return no_worse and tuple(theirs) != tuple(ours)
+
+
+def priced(row: Mapping[str, Any]) -> tuple[float, ...]:
+    """A side by side row's ``modeled`` figures in ``PRICED``'s order."""
+    return tuple(float(row["modeled"][key]) for key, _ in PRICED)
 
 
 def dominators(
     rows: Sequence[Mapping[str, Any]], *, ours: str = "densegate"
 ) -> dict[tuple[str, int], list[str]]:
-    """Per (scenario, dp), in row order, the arms whose modeled tokens/s, TTFT p99 and ITL
-    p99 are each at least as good as ``ours``'s and not all equal to them: the arms that
-    beat densegate outright there. Exact comparisons (no 0.995 allowance)."""
+    """Per (scenario, dp), in row order, the arms that beat ``ours`` outright there on
+    modeled tokens/s, TTFT p99 and ITL p99 (``beats``; no 0.995 allowance)."""
     groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
     for r in rows:
         groups.setdefault((str(r["scenario"]), int(r["dp"])), []).append(r)
     out: dict[tuple[str, int], list[str]] = {}
     for key, at in groups.items():
-        us = next(r for r in at if r["name"] == ours)
-        out[key] = [
-            str(r["name"])
-            for r in at
-            if r["name"] != ours
-            and all(_no_worse(r, us, k, high) for k, high in PRICED)
-            and not all(_no_worse(us, r, k, high) for k, high in PRICED)
-        ]
+        us = priced(next(r for r in at if r["name"] == ours))
+        out[key] = [str(r["name"]) for r in at if r["name"] != ours and beats(priced(r), us)]
     return out
 
 
