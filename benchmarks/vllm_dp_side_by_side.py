@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(front_line(sc, dp, by) for (sc, dp), by in front.items()))
         beaten = sum(bool(by) for by in front.values())
         print(
-            f"densegate dominated (another arm no worse on modeled tokens/s, TTFT p99 and "
+            f"densegate beaten outright (another arm no worse on modeled tokens/s, TTFT p99 and "
             f"ITL p99, better on one) in {beaten} of {len(front)} scenarios"
         )
     bad = failures(rows)

@@ -101,9 +101,9 @@ def test_dominators_are_arms_no_worse_on_every_priced_figure_and_better_on_one()
     worse_itl = _row("cadence-2", 100, 2, 1137, 26.9, 7.85)  # ahead but one ITL step behind
     got = dominators([ours, same, ahead, trade, worse_itl])
     assert got == {("s", 2): ["plain"]}
-    assert front_line("s", 2, got[("s", 2)]) == "front: densegate dominated s dp=2 by plain"
+    assert front_line("s", 2, got[("s", 2)]) == "front: densegate beaten outright s dp=2 by plain"
     assert dominators([ours, same, trade]) == {("s", 2): []}
-    assert front_line("s", 2, []) == "front: densegate not dominated s dp=2"
+    assert front_line("s", 2, []) == "front: densegate not beaten outright s dp=2"
     other = {**_row("plain", 1, 1, 1, 1, 1), "scenario": "t"}  # scenarios apart
     got = dominators([ours, ahead, {**ours, "scenario": "t"}, other])
     assert got == {("s", 2): ["plain"], ("t", 2): []}

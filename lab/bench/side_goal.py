@@ -142,5 +142,5 @@ def dominators(
 def front_line(scenario: str, dp: int, by: Sequence[str], ours: str = "densegate") -> str:
     """``dominators``' word on one scenario, as the scripts print it."""
     if not by:
-        return f"front: {ours} not dominated {scenario} dp={dp}"
-    return f"front: {ours} dominated {scenario} dp={dp} by {', '.join(by)}"
+        return f"front: {ours} not beaten outright {scenario} dp={dp}"
+    return f"front: {ours} beaten outright {scenario} dp={dp} by {', '.join(by)}"
