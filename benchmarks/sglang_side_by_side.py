@@ -240,8 +240,11 @@ def _table(rows: list[dict[str, Any]], profile: str) -> str:
     return "\n".join(lines)
 
 
-def summary(rows: list[dict[str, Any]], ver: list[Verdict]) -> str:
-    """One line per scenario, densegate against the bars' arms (docs/SGLANG.md's table)."""
+def summary(
+    rows: list[dict[str, Any]], ver: list[Verdict], front: dict[tuple[str, int], list[str]]
+) -> str:
+    """One line per scenario, densegate against the bars' arms and the arms that beat it
+    outright (``front``: ``dominators``; docs/SGLANG.md's table)."""
     head = (
         "| scenario | dp | passes: densegate / plain | TTFT p99 passes: densegate / sglang "
         "| held: densegate / sglang | modeled tok/s: densegate / best "
@@ -249,7 +252,6 @@ def summary(rows: list[dict[str, Any]], ver: list[Verdict]) -> str:
         "| goal bars missed | beaten outright by |"
     )
     lines = [head, "|" + "---|" * 10]
-    front = dominators(_as_goal(rows))
     by: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
     for r in _as_goal(rows):
         by.setdefault((r["scenario"], r["dp"]), {})[r["name"]] = r
@@ -356,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"densegate arm: {ENV_VAR}={args.settings}")
         print(_table(rows, prof.name))
         print("\n".join(v.line() for v in ver))
-        print(f"\n{summary(rows, ver)}")
+        print(f"\n{summary(rows, ver, front)}")
     bad = failures(rows)
     for line in bad:
         print(f"FAIL: {line}", file=sys.stderr)

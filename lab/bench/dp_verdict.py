@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from densegate.impl.figures import fmt
-from densegate.lab.bench.side_goal import PRICED, beats
+from densegate.lab.bench.side_goal import beats, priced
 
 __all__ = ["STRETCH", "beaten_by", "format_verdicts"]
 
@@ -34,21 +34,14 @@ def _pct(share: float | None) -> str:
     return "-" if share is None else f"{100 * share:.1f}%"
 
 
-def _figures(row: dict[str, Any]) -> tuple[float, ...] | None:
-    got = [row.get(key) for key, _ in PRICED]
-    if any(v is None for v in got):
-        return None
-    return tuple(float(v) for v in got if v is not None)
-
-
 def beaten_by(rows: Sequence[dict[str, Any]], bar: Sequence[str]) -> list[str]:
     """The engine rules (``bar``) that beat densegate outright in one cell's ``rows``."""
-    ours = next((_figures(x) for x in rows if x["name"] == "densegate"), None)
+    ours = next((priced(x) for x in rows if x["name"] == "densegate"), None)
     if ours is None:
         return []
     return [
         str(x["name"]) for x in rows
-        if x["name"] in bar and (f := _figures(x)) is not None and beats(f, ours)
+        if x["name"] in bar and (f := priced(x)) is not None and beats(f, ours)
     ]  # fmt: skip
 
 

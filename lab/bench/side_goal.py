@@ -63,6 +63,15 @@ def best(rows: Sequence[Mapping[str, Any]], key: str, high: bool) -> tuple[float
     return float(row["modeled"][key]), str(row["name"])
 
 
+def _by_scenario(
+    rows: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, int], list[Mapping[str, Any]]]:
+    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((str(r["scenario"]), int(r["dp"])), []).append(r)
+    return groups
+
+
 def goal(
     rows: Sequence[Mapping[str, Any]],
     *,
@@ -76,10 +85,7 @@ def goal(
     ``submitted``, ``modeled`` (``tokens_per_s``, ``ttft_ms_p99``, ``itl_ms_p99``) and,
     with ``held_ref``, ``held_share``."""
     out: list[Verdict] = []
-    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((str(r["scenario"]), int(r["dp"])), []).append(r)
-    for (sc, dp), at in groups.items():
+    for (sc, dp), at in _by_scenario(rows).items():
         by = {str(r["name"]): r for r in at}
         us, base = by[ours], by[plain]
         others = [r for r in at if r["name"] != ours]
@@ -119,9 +125,11 @@ def beats(theirs: Sequence[float], ours: Sequence[float]) -> bool:
     return no_worse and tuple(theirs) != tuple(ours)
 
 
-def priced(row: Mapping[str, Any]) -> tuple[float, ...]:
-    """A side by side row's ``modeled`` figures in ``PRICED``'s order."""
-    return tuple(float(row["modeled"][key]) for key, _ in PRICED)
+def priced(figures: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """``figures``' values in ``PRICED``'s order (a side by side row's ``modeled``, or a DP
+    bench row); None if one is missing."""
+    got = [figures.get(key) for key, _ in PRICED]
+    return None if None in got else tuple(float(v) for v in got if v is not None)
 
 
 def dominators(
@@ -129,13 +137,14 @@ def dominators(
 ) -> dict[tuple[str, int], list[str]]:
     """Per (scenario, dp), in row order, the arms that beat ``ours`` outright there on
     modeled tokens/s, TTFT p99 and ITL p99 (``beats``; no 0.995 allowance)."""
-    groups: dict[tuple[str, int], list[Mapping[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((str(r["scenario"]), int(r["dp"])), []).append(r)
     out: dict[tuple[str, int], list[str]] = {}
-    for key, at in groups.items():
-        us = priced(next(r for r in at if r["name"] == ours))
-        out[key] = [str(r["name"]) for r in at if r["name"] != ours and beats(priced(r), us)]
+    for key, at in _by_scenario(rows).items():
+        us = priced(next(r for r in at if r["name"] == ours)["modeled"])
+        out[key] = [
+            str(r["name"]) for r in at
+            if r["name"] != ours and us is not None
+            and (f := priced(r["modeled"])) is not None and beats(f, us)
+        ]  # fmt: skip
     return out
 
 

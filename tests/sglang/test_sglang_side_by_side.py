@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.sglang.conftest import HAS_SGLANG, SKIP_REASON
+from tests.support.front import check_front
 
 pytestmark = pytest.mark.skipif(not HAS_SGLANG, reason=SKIP_REASON)
 
@@ -66,17 +67,7 @@ def test_the_json_has_the_schema_and_the_priced_figures(bench: Bench) -> None:
         m = r["modeled"]
         assert m["profile"] == doc["profile"], r
         assert m["tokens_per_s"] > 0 and m["ttft_ms_p99"] > 0 and m["output_tokens"] > 0, r
-    front = {(f["scenario"], f["dp"]): f["arms"] for f in doc["dominated_by"]}
-    assert set(front) == {(r["name"], r["dp"]) for r in rows}
-    for (name, dp), arms in front.items():  # an arm beats densegate outright, or is not listed
-        at = {r["policy"]: r["modeled"] for r in rows if (r["name"], r["dp"]) == (name, dp)}
-        us = at["densegate"]
-        for arm, m in at.items():
-            no_worse = (m["tokens_per_s"] >= us["tokens_per_s"]
-                        and m["ttft_ms_p99"] <= us["ttft_ms_p99"]
-                        and m["itl_ms_p99"] <= us["itl_ms_p99"])  # fmt: skip
-            same = all(m[k] == us[k] for k in ("tokens_per_s", "ttft_ms_p99", "itl_ms_p99"))
-            assert (arm in arms) == (no_worse and not same), (name, dp, arm)
+    check_front(rows, doc["dominated_by"], "name", "policy")
 
 
 def test_densegate_meets_todays_bar_everywhere(bench: Bench) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.front import check_front
 from tests.vllm.conftest import HAS_VLLM, SKIP_REASON
 
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
@@ -122,21 +123,4 @@ def test_the_bench_prices_every_arm_and_exits_on_its_bars(bench: Any) -> None:
     code_goal, doc_goal = _main(bench, "--goal")
     assert doc_goal["goal"] == goal  # the same runs: deterministic
     assert code_goal == (1 if missed or code else 0)
-    _check_front(rows, doc["dominated_by"], "scenario", "name")
-
-
-def _check_front(rows: list[Any], front: list[Any], scenario: str, arm: str) -> None:
-    """Every (scenario, dp) has a front entry, and it lists exactly the arms that are no
-    worse than densegate on each modeled figure and differ from it on one."""
-    keys = {(r[scenario], r["dp"]) for r in rows}
-    assert {(f["scenario"], f["dp"]) for f in front} == keys
-    for f in front:
-        at = [r for r in rows if (r[scenario], r["dp"]) == (f["scenario"], f["dp"])]
-        us = next(r["modeled"] for r in at if r[arm] == "densegate")
-        for r in at:
-            m = r["modeled"]
-            no_worse = (m["tokens_per_s"] >= us["tokens_per_s"]
-                        and m["ttft_ms_p99"] <= us["ttft_ms_p99"]
-                        and m["itl_ms_p99"] <= us["itl_ms_p99"])  # fmt: skip
-            same = all(m[k] == us[k] for k in ("tokens_per_s", "ttft_ms_p99", "itl_ms_p99"))
-            assert (r[arm] in f["arms"]) == (no_worse and not same), (f, r[arm])
+    check_front(rows, doc["dominated_by"], "scenario", "name")
