@@ -64,7 +64,7 @@ from densegate.integrations.sglang.config import (  # noqa: E402
     settings_from_env,
 )
 from densegate.lab.bench.hard_loads import LOADS, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, best, dominators, goal  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, dominators, goal, summary  # noqa: E402
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -72,6 +72,7 @@ from densegate.lab.bench.step_price import (  # noqa: E402
     nominal_step_us,
 )
 from densegate.lab.bench.workloads import WORKLOADS  # noqa: E402
+from densegate.lab.docs import engine_diffs  # noqa: E402
 from tests.support.sglang_load import Limits  # noqa: E402
 from tests.support.sglang_priced import PricedRun, Routed, run_priced  # noqa: E402
 
@@ -240,48 +241,6 @@ def _table(rows: list[dict[str, Any]], profile: str) -> str:
     return "\n".join(lines)
 
 
-def summary(
-    rows: list[dict[str, Any]], ver: list[Verdict], front: dict[tuple[str, int], list[str]]
-) -> str:
-    """One line per scenario, densegate against the bars' arms and the arms that beat it
-    outright (``front``: ``dominators``; docs/SGLANG.md's table)."""
-    head = (
-        "| scenario | dp | passes: densegate / plain | TTFT p99 passes: densegate / sglang "
-        "| held: densegate / sglang | modeled tok/s: densegate / best "
-        "| modeled TTFT p99 ms: densegate / best | modeled ITL p99 ms: densegate / best "
-        "| goal bars missed | beaten outright by |"
-    )
-    lines = [head, "|" + "---|" * 10]
-    by: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    for r in _as_goal(rows):
-        by.setdefault((r["scenario"], r["dp"]), {})[r["name"]] = r
-    for (name, dp), arms in by.items():
-        us, plain, sg = arms["densegate"], arms["plain"], arms["sglang"]
-        others = [r for a, r in arms.items() if a != "densegate"]
-        cols = (("tokens_per_s", True), ("ttft_ms_p99", False), ("itl_ms_p99", False))
-        tps, ttft, itl = (best(others, k, high) for k, high in cols)
-        mine = [v for v in ver if (v.scenario, v.dp) == (name, dp)]
-        m = us["modeled"]
-        lines.append(
-            f"| {name} | {dp} | {us['passes']} / {plain['passes']} | "
-            f"{us['ttft_passes_p99']:.0f} / {sg['ttft_passes_p99']:.0f} | "
-            f"{100 * us['held_share']:.1f}% / {100 * sg['held_share']:.1f}% | "
-            f"{m['tokens_per_s']:.0f} / {tps[0]:.0f} | "
-            f"{m['ttft_ms_p99']:.0f} / {ttft[0]:.0f} | "
-            f"{m['itl_ms_p99']:.2f} / {itl[0]:.2f} | "
-            f"{sum(not v.met for v in mine)} of {len(mine)} | "
-            f"{', '.join(front[(name, dp)]) or 'none'} |"
-        )
-    met = sum(v.met for v in ver)
-    beaten = sum(bool(by) for by in front.values())
-    lines.append(f"\ngoal bars met: {met} of {len(ver)}")
-    lines.append(
-        f"densegate beaten outright (another arm no worse on modeled tokens/s, TTFT p99 "
-        f"and ITL p99, better on one) in {beaten} of {len(front)} scenarios"
-    )
-    return "\n".join(lines)
-
-
 def failures(rows: list[dict[str, Any]]) -> list[str]:
     """Today's bar: densegate never holds K passes in a row, never disagrees, finishes all."""
     return [
@@ -297,10 +256,18 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+SCRIPT = "benchmarks/sglang_side_by_side.py"
+"""This script as a doc's engine block names it."""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--goal", action="store_true", help="also exit 1 when a goal bar is missed")
+    ap.add_argument("--doc", type=Path, default=None, metavar="MD",
+                    help="exit 1 if MD's engine block for these arguments differs from the "
+                         "summary table (its diff on stderr)")  # fmt: skip
+    ap.add_argument("--write-doc", action="store_true", help="with --doc: rewrite the block")
     ap.add_argument("--requests", type=int, default=BENCH_REQUESTS,
                     help="requests per bench workload")  # fmt: skip
     ap.add_argument("--requests-per-rank", type=int, default=HARD_REQUESTS_PER_RANK,
@@ -313,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the densegate arm's {ENV_VAR} (default: unset, the plugin's "
                          "defaults), e.g. '{\"pace_tokens\": null}' for the hold mode")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.write_doc and args.doc is None:
+        ap.error("--write-doc needs --doc MD")
+    if args.doc is not None and not args.doc.is_file():
+        ap.error(f"--doc: no file {str(args.doc)!r}")
     settings = None
     if args.settings is not None:
         try:
@@ -347,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             for s in scenarios for p in POLICIES]  # fmt: skip
     ver = verdicts(rows)
     front = dominators(_as_goal(rows))
+    text = summary(_as_goal(rows), ver, front, unit="passes", ttft_refs=["sglang"],
+                   ref_label="sglang", held_ref="sglang")  # fmt: skip
     if args.json:
         doc = {"profile": prof.name, "nominal_step_us": step_us, "settings": args.settings,
                "scenarios": rows, "goal": [v.as_dict() for v in ver],
@@ -358,8 +331,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"densegate arm: {ENV_VAR}={args.settings}")
         print(_table(rows, prof.name))
         print("\n".join(v.line() for v in ver))
-        print(f"\n{summary(rows, ver, front)}")
+        print(f"\n{text}")
     bad = failures(rows)
+    if args.doc is not None:
+        argv = sys.argv[1:] if argv is None else argv
+        bad += engine_diffs(args.doc, SCRIPT, argv, text, args.write_doc)
     for line in bad:
         print(f"FAIL: {line}", file=sys.stderr)
     missed = [v for v in ver if not v.met]

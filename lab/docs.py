@@ -11,8 +11,11 @@ file, that ``densegate.lab.doc_tables.GENERATORS[NAME]`` says). ``--check`` rege
 every block and exits 1, printing a unified diff naming the doc and the block, when one
 differs, when the line above does not name its command, or when a marker is malformed; it
 also fails on a relative link to a file that does not exist and on a README over
-``README_MAX_LINES`` lines. ``--write`` rewrites the blocks in place. Measured
-(wall-clock) tables are never inside a block: they say where and when they were measured.
+``README_MAX_LINES`` lines. An ``engine SCRIPT ARGS`` block is a table only an engine's venv
+can make (vLLM, SGLang): here its source line is checked and it is counted, and the script
+compares it (``SCRIPT ARGS --doc DOC``, ``engine_diffs``) where CI's engine group runs it.
+``--write`` rewrites the blocks in place. Measured (wall-clock) tables are never inside a
+block: they say where and when they were measured.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "broken_links",
     "check",
     "doc_files",
+    "engine_diffs",
     "find_blocks",
     "main",
     "readme_length",
@@ -47,6 +51,9 @@ END = re.compile(r"^<!-- /densegate-table -->\s*$")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|!\[[^\]]*\]\(([^)\s]+)\)")
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 """The checkout this module sits in (``lab/`` is one level below its root)."""
+ENGINE = "engine"
+"""The block kind whose table an engine side by side script prints (``engine SCRIPT ARGS``)."""
+_NOT_TABLE_FLAGS = ("--json", "--goal", "--write-doc")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,8 @@ class Report:
     diffs: list[str]
     blocks: int
     changed: list[str]
+    engine: int = 0
+    """Engine blocks: counted and their source lines checked, compared by their scripts."""
 
     @property
     def ok(self) -> bool:
@@ -133,8 +142,16 @@ def find_blocks(rel: str, lines: Sequence[str]) -> tuple[list[Block], list[str]]
     return blocks, problems
 
 
-def _expected(block: Block) -> tuple[list[str] | None, str | None]:
-    """The block's regenerated lines, or why they could not be made."""
+def _expected(block: Block, root: pathlib.Path) -> tuple[list[str] | None, str | None]:
+    """The block's regenerated lines, or why they could not be made (neither, for an
+    engine block whose source line names its script: its script compares it)."""
+    if block.name == ENGINE:
+        script = block.args[0] if block.args else ""
+        if not script or not (root / script).is_file():
+            return None, f"an engine block names no script of this checkout: {script!r}"
+        if f"python {script}" not in block.above:
+            return None, f"the line above the block must name 'python {script}'"
+        return None, None
     gen = GENERATORS.get(block.name)
     if gen is None:
         return None, f"unknown generator {block.name!r} (known: {', '.join(GENERATORS)})"
@@ -167,7 +184,10 @@ def check(
         report.blocks += len(blocks)
         new = list(lines)
         for b in reversed(blocks):  # later blocks first, so earlier indices stay right
-            want, why = _expected(b)
+            want, why = _expected(b, root)
+            if want is None and why is None:
+                report.engine += 1
+                continue
             if want is None:
                 report.problems.append(f"{rel}:{b.begin + 1}: block {b.spec!r}: {why}")
                 continue
@@ -176,21 +196,53 @@ def check(
             if write:
                 new[b.begin + 1 : b.end] = want
                 continue
-            report.diffs.append(
-                "\n".join(
-                    difflib.unified_diff(
-                        list(b.body),
-                        want,
-                        fromfile=f"{rel} [{b.spec}] (in the doc, line {b.begin + 2})",
-                        tofile=f"{rel} [{b.spec}] (regenerated)",
-                        lineterm="",
-                    )
-                )
-            )
+            report.diffs.append(_diff(b, want))
         if write and new != lines:
             path.write_text("\n".join(new) + ("\n" if text.endswith("\n") else ""))
             report.changed.append(rel)
     return report
+
+
+def _diff(b: Block, want: list[str]) -> str:
+    return "\n".join(
+        difflib.unified_diff(
+            list(b.body),
+            want,
+            fromfile=f"{b.path} [{b.spec}] (in the doc, line {b.begin + 2})",
+            tofile=f"{b.path} [{b.spec}] (regenerated)",
+            lineterm="",
+        )
+    )
+
+
+def engine_diffs(
+    doc: pathlib.Path, script: str, argv: Sequence[str], table: str, write: bool = False
+) -> list[str]:
+    """Compare (``write``: replace) ``doc``'s ``engine SCRIPT ARGS`` blocks, ARGS being
+    ``argv`` less the flags that do not change the table (``--json``, ``--goal``,
+    ``--doc D``, ``--write-doc``), with ``table``; the diffs, or one line if none is there."""
+    args, skip = [], False
+    for a in argv:
+        if skip or a in _NOT_TABLE_FLAGS or a.startswith("--doc="):
+            skip = False
+            continue
+        skip = a == "--doc"
+        if not skip:
+            args.append(a)
+    lines = doc.read_text().splitlines()
+    found = [
+        b for b in find_blocks(str(doc), lines)[0] if b.name == ENGINE and b.args == [script, *args]
+    ]
+    if not found:
+        spec = shlex.join([ENGINE, script, *args])
+        return [f"{doc}: no block <!-- densegate-table: {spec} --> to compare the table with"]
+    want = ["", *table.splitlines(), ""]
+    if write:
+        for b in reversed(found):
+            lines[b.begin + 1 : b.end] = want
+        doc.write_text("\n".join(lines) + "\n")
+        return []
+    return [_diff(b, want) for b in found if list(b.body) != want]
 
 
 def slug(heading: str) -> str:
@@ -289,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {seconds:6.1f} s  {cmd}", file=sys.stderr)
     verdict = "ok" if report.ok else f"{len(report.diffs)} drifted, {len(report.problems)} other"
     print(
-        f"densegate docs: {report.blocks} generated blocks in {len(paths)} docs, {verdict} "
+        f"densegate docs: {report.blocks} generated blocks in {len(paths)} docs ({report.engine} "
+        f"engine tables, compared by their scripts' --doc in CI's engine groups), {verdict} "
         f"({time.perf_counter() - t0:.1f} s)",
         file=sys.stderr,
     )

@@ -157,3 +157,42 @@ def test_the_whole_check_fails_on_a_long_readme(
     _write(tmp_path, "README.md", "line\n" * (docs.README_MAX_LINES + 1))
     assert docs.main(["--check", "--root", str(tmp_path)]) == 1
     assert f"README.md: {docs.README_MAX_LINES + 1} lines" in capsys.readouterr().out
+
+
+def _engine_doc(tmp_path: pathlib.Path, above: str, script: str, body: str) -> pathlib.Path:
+    _write(tmp_path, "benchmarks/side.py", "")
+    spec = f"engine {script}"
+    text = f"{above}\n\n<!-- densegate-table: {spec} -->\n{body}<!-- /densegate-table -->\n"
+    return _write(tmp_path, "docs/E.md", text)
+
+
+def test_an_engine_block_is_counted_and_its_source_line_checked(tmp_path: pathlib.Path) -> None:
+    good = _engine_doc(tmp_path, "`python benchmarks/side.py` prints:", "benchmarks/side.py", "")
+    report = docs.check(tmp_path, [good])
+    assert report.ok and (report.blocks, report.engine) == (1, 1)
+    # twins: the line above names no command; the block names no script of the checkout
+    bad = _engine_doc(tmp_path, "It prints:", "benchmarks/side.py", "")
+    found = docs.check(tmp_path, [bad])
+    assert found.problems and "must name 'python benchmarks/side.py'" in found.problems[0]
+    gone = _engine_doc(tmp_path, "`python benchmarks/gone.py`:", "benchmarks/gone.py", "")
+    found = docs.check(tmp_path, [gone])
+    assert found.engine == 0 and "names no script" in found.problems[0]
+
+
+def test_an_engine_table_s_script_finds_its_drift_and_rewrites_it(tmp_path: pathlib.Path) -> None:
+    table = "| a | b |\n|---|---|\n| 1 | 2 |"
+    doc = _engine_doc(tmp_path, "`python benchmarks/side.py`:", "benchmarks/side.py", "")
+    doc.write_text(doc.read_text().replace("-->\n<!--", f"-->\n\n{table}\n\n<!--"))
+    flags = ["--json", "--doc", str(doc), "--goal"]  # flags that do not change the table
+    assert docs.engine_diffs(doc, "benchmarks/side.py", flags, table) == []
+    drift = docs.engine_diffs(doc, "benchmarks/side.py", flags, table.replace("2", "3"))
+    assert len(drift) == 1 and "-| 1 | 2 |" in drift[0] and "+| 1 | 3 |" in drift[0]
+    # a run with other arguments is another table: it has no block to compare with
+    other = docs.engine_diffs(doc, "benchmarks/side.py", ["--dps", "2"], table)
+    assert other == [
+        f"{doc}: no block <!-- densegate-table: engine benchmarks/side.py --dps 2 --> "
+        "to compare the table with"
+    ]
+    assert docs.engine_diffs(doc, "benchmarks/side.py", [f"--doc={doc}"], "x", write=True) == []
+    assert docs.engine_diffs(doc, "benchmarks/side.py", [], "x") == []
+    assert "\n\nx\n\n<!-- /densegate-table -->" in doc.read_text()

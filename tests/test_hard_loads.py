@@ -10,7 +10,7 @@ import pytest
 
 from densegate.lab.bench.dp_verdict import beaten_by, format_verdicts
 from densegate.lab.bench.hard_loads import HOT_SHARE, LOADS, OSC_PERIOD, hard_load
-from densegate.lab.bench.side_goal import dominators, front_line, goal
+from densegate.lab.bench.side_goal import dominators, front_line, goal, summary
 
 STEP_US = 7000
 
@@ -107,6 +107,33 @@ def test_dominators_are_arms_no_worse_on_every_priced_figure_and_better_on_one()
     other = {**_row("plain", 1, 1, 1, 1, 1), "scenario": "t"}  # scenarios apart
     got = dominators([ours, ahead, {**ours, "scenario": "t"}, other])
     assert got == {("s", 2): ["plain"], ("t", 2): []}
+
+
+def test_the_summary_reads_each_column_from_its_arm() -> None:
+    rows = [_row("plain", 100, 5, 1000, 30, 8.5, held_share=0.0),
+            _row("sglang", 90, 4, 990, 40, 7.25, held_share=0.25),
+            _row("densegate", 104, 6, 995, 31, 8, held_share=0.125),
+            {**_row("plain", 7, 1, 3, 2, 1), "scenario": "t"},
+            {**_row("sglang", 7, 1, 3, 2, 1), "scenario": "t"},
+            {**_row("densegate", 7, 1, 3, 2, 1), "scenario": "t"}]  # fmt: skip
+    ver = goal(rows, ttft_refs=["sglang"], held_ref="sglang")
+    kw: dict[str, Any] = {"unit": "passes", "ttft_refs": ["sglang"], "ref_label": "sglang"}
+    text = summary(rows, ver, dominators(rows), held_ref="sglang", **kw).splitlines()
+    assert text[0].startswith("| scenario | dp | passes: densegate / plain | TTFT p99 passes: ")
+    assert text[0].count("|") - 1 == text[1].count("---") == 10
+    # tokens/s against plain's (best), TTFT against plain's 30, ITL against sglang's 7.25
+    assert text[2] == ("| s | 2 | 104 / 100 | 6 / 4 | 12.5% / 25.0% | 995 / 1000 | 31 / 30 | "
+                       "8.00 / 7.25 | 3 of 8 | none |")  # fmt: skip
+    assert (
+        text[3]
+        == "| t | 2 | 7 / 7 | 1 / 1 | 0.0% / 0.0% | 3 / 3 | 2 / 2 | 1.00 / 1.00 | 0 of 8 | none |"
+    )
+    assert text[-2:] == ["goal bars met: 13 of 16", "densegate beaten outright (another arm no "
+                         "worse on modeled tokens/s, TTFT p99 and ITL p99, better on one) in 0 "
+                         "of 2 scenarios"]  # fmt: skip
+    steps = summary(rows[:3], ver[:8], {("s", 2): ["plain"]}, **kw).splitlines()
+    assert "held" not in steps[0] and steps[1].count("---") == 9
+    assert steps[2].endswith("| 3 of 8 | plain |")
 
 
 def test_the_dp_verdict_counts_cells_an_engine_rule_beats_outright() -> None:

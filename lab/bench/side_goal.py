@@ -31,6 +31,7 @@ __all__ = [
     "front_line",
     "goal",
     "priced",
+    "summary",
 ]
 
 STEPS_RATIO = 1.05
@@ -153,3 +154,57 @@ def front_line(scenario: str, dp: int, by: Sequence[str], ours: str = "densegate
     if not by:
         return f"front: {ours} not beaten outright {scenario} dp={dp}"
     return f"front: {ours} beaten outright {scenario} dp={dp} by {', '.join(by)}"
+
+
+def summary(
+    rows: Sequence[Mapping[str, Any]],
+    ver: Sequence[Verdict],
+    front: Mapping[tuple[str, int], Sequence[str]],
+    *,
+    unit: str,
+    ttft_refs: Sequence[str],
+    ref_label: str,
+    held_ref: str | None = None,
+    ours: str = "densegate",
+    plain: str = "plain",
+) -> str:
+    """One line per scenario (``goal``'s rows): densegate against plain's ``unit``, the
+    TTFT reference arms' best p99 in ``unit`` (``ref_label``), ``held_ref``'s held share,
+    the best other arm's priced figures, the bars missed and ``front``'s arms; then the
+    counts. The docs' engine tables are this text (checked by the scripts' ``--doc``)."""
+    held = held_ref is not None
+    head = (
+        f"| scenario | dp | {unit}: {ours} / {plain} | TTFT p99 {unit}: {ours} / {ref_label} | "
+        + (f"held: {ours} / {held_ref} | " if held else "")
+        + f"modeled tok/s: {ours} / best | modeled TTFT p99 ms: {ours} / best | "
+        f"modeled ITL p99 ms: {ours} / best | goal bars missed | beaten outright by |"
+    )
+    lines = [head, "|" + "---|" * (10 if held else 9)]
+    for (sc, dp), at in _by_scenario(rows).items():
+        by = {str(r["name"]): r for r in at}
+        us, base = by[ours], by[plain]
+        others = [r for r in at if r["name"] != ours]
+        tps, ttft, itl = (best(others, key, high)[0] for key, high in PRICED)
+        ref = min(float(by[n]["ttft_steps_p99"]) for n in ttft_refs)
+        mine = [v for v in ver if (v.scenario, v.dp) == (sc, dp)]
+        m = us["modeled"]
+        share = (
+            f"{100 * us['held_share']:.1f}% / {100 * by[held_ref]['held_share']:.1f}% | "
+            if held_ref is not None
+            else ""
+        )
+        lines.append(
+            f"| {sc} | {dp} | {us['steps']} / {base['steps']} | "
+            f"{us['ttft_steps_p99']:.0f} / {ref:.0f} | {share}"
+            f"{m['tokens_per_s']:.0f} / {tps:.0f} | {m['ttft_ms_p99']:.0f} / {ttft:.0f} | "
+            f"{m['itl_ms_p99']:.2f} / {itl:.2f} | "
+            f"{sum(not v.met for v in mine)} of {len(mine)} | "
+            f"{', '.join(front[(sc, dp)]) or 'none'} |"
+        )
+    beaten = sum(bool(by) for by in front.values())
+    lines.append(f"\ngoal bars met: {sum(v.met for v in ver)} of {len(ver)}")
+    lines.append(
+        f"{ours} beaten outright (another arm no worse on modeled tokens/s, TTFT p99 and ITL "
+        f"p99, better on one) in {beaten} of {len(front)} scenarios"
+    )
+    return "\n".join(lines)
