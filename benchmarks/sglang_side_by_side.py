@@ -64,7 +64,7 @@ from densegate.integrations.sglang.config import (  # noqa: E402
     settings_from_env,
 )
 from densegate.lab.bench.hard_loads import LOADS, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, dominators, goal, summary  # noqa: E402
+from densegate.lab.bench.side_goal import Verdict, dominators, finish, goal, summary  # noqa: E402
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -336,13 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.doc is not None:
         argv = sys.argv[1:] if argv is None else argv
         bad += engine_diffs(args.doc, SCRIPT, argv, text, args.write_doc)
-    for line in bad:
-        print(f"FAIL: {line}", file=sys.stderr)
-    missed = [v for v in ver if not v.met]
-    if args.goal:
-        for v in missed:
-            print(f"FAIL: {v.line()}", file=sys.stderr)
-    return 1 if bad or (args.goal and missed) else 0
+    return finish(bad, ver, goal_bars=args.goal)
 
 
 if __name__ == "__main__":

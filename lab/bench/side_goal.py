@@ -16,6 +16,7 @@ every priced figure and better on one (none: densegate is on the arms' Pareto fr
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "beats",
     "best",
     "dominators",
+    "finish",
     "front_line",
     "goal",
     "priced",
@@ -208,3 +210,13 @@ def summary(
         f"p99, better on one) in {beaten} of {len(front)} scenarios"
     )
     return "\n".join(lines)
+
+
+def finish(failed: Sequence[str], ver: Sequence[Verdict], *, goal_bars: bool) -> int:
+    """A side by side's exit status: each of ``failed`` (its hard bars, a drifted doc) and,
+    with ``goal_bars`` (``--goal``), each missed goal bar as a ``FAIL:`` line on stderr;
+    1 if there was any."""
+    missed = [v.line() for v in ver if not v.met] if goal_bars else []
+    for line in [*failed, *missed]:
+        print(f"FAIL: {line}", file=sys.stderr)
+    return 1 if failed or missed else 0
