@@ -42,7 +42,7 @@ import z3
 
 from densegate.impl.dp_gate import AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import Reason
-from densegate.proofs.refinement.conform import ProvedProperty
+from densegate.proofs.refinement.conform import ProvedProperty, verdict_lines
 from densegate.proofs.refinement.symbolic import (
     Classes,
     NoTracing,
@@ -237,14 +237,7 @@ class AlignedProofReport:
             "off) and "
             f"reduced vectors (unbounded ints), {self.seconds:.1f} s"
         ]
-        width = max(len(r.prop.label) for r in self.results)
-        lines += [f"  {r.prop.label:<{width}}  {r.status}" for r in self.results]
-        for r in self.results:
-            if r.status == "refuted" and r.run is not None:
-                lines += ["", f"{r.prop.id} REFUTED: {r.prop.statement}", f"  {_run_text(r.run)}"]
-                lines.append(f"  {r.detail}")
-            elif r.status in ("out of reach", "vacuous"):
-                lines += ["", f"{r.prop.id} {r.status.upper()}: {r.detail}"]
+        lines += verdict_lines(self.results, _run_text)
         verdict = "proved" if self.proved else "NOT proved"
         lines.append(f"{self.target}: {verdict} (runs of up to {self.ticks} ticks)")
         return "\n".join(lines)
@@ -255,12 +248,8 @@ class AlignedProofReport:
             "proved": self.proved,
             "ticks": self.ticks,
             "seconds": round(self.seconds, 3),
-            "properties": [
-                {"id": r.prop.id, "statement": r.prop.statement, "status": r.status,
-                 "run": r.run, "detail": r.detail}
-                for r in self.results
-            ],
-        }  # fmt: skip
+            "properties": [r.as_dict() for r in self.results],
+        }
 
 
 def _run_text(run: Mapping[str, Any]) -> str:

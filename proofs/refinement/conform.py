@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,14 @@ from densegate.spec.properties import GATE_IDS, Property, by_id
 from densegate.testing.driver import Driver, GateFactory
 from densegate.testing.strategies import GateRun, Observation
 
-__all__ = ["CONFORM_CLASSES", "DEFAULT_PASSES", "ProofReport", "ProvedProperty", "prove_conforms"]
+__all__ = [
+    "CONFORM_CLASSES",
+    "DEFAULT_PASSES",
+    "ProofReport",
+    "ProvedProperty",
+    "prove_conforms",
+    "verdict_lines",
+]
 
 DEFAULT_PASSES = 2
 """Passes per symbolic run: every path of every run this long is explored."""
@@ -78,6 +85,26 @@ class ProvedProperty:
     seconds: float
     run: dict[str, Any] | None = None
     detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.prop.id, "statement": self.prop.statement, "status": self.status,
+                "run": self.run, "detail": self.detail}  # fmt: skip
+
+
+def verdict_lines(
+    results: Sequence[ProvedProperty], run_text: Callable[[dict[str, Any]], str]
+) -> list[str]:
+    """A report's body: each property's status, then each refuted one's run (in
+    ``run_text``'s words) and each out-of-reach or vacuous one's reason."""
+    width = max(len(r.prop.label) for r in results)
+    lines = [f"  {r.prop.label:<{width}}  {r.status}" for r in results]
+    for r in results:
+        if r.status == "refuted" and r.run is not None:
+            lines += ["", f"{r.prop.id} REFUTED: {r.prop.statement}", f"  {run_text(r.run)}"]
+            lines.append(f"  {r.detail}")
+        elif r.status in ("out of reach", "vacuous"):
+            lines += ["", f"{r.prop.id} {r.status.upper()}: {r.detail}"]
+    return lines
 
 
 @dataclass(frozen=True)
@@ -103,15 +130,7 @@ class ProofReport:
             f"{self.passes} passes from a fresh gate, all configs (B, K >= 1, gate on and "
             f"off, STALL valve off) and observations (unbounded ints), {self.seconds:.1f} s"
         ]
-        width = max(len(r.prop.label) for r in self.results)
-        for r in self.results:
-            lines.append(f"  {r.prop.label:<{width}}  {r.status}")
-        for r in self.results:
-            if r.status == "refuted" and r.run is not None:
-                lines += ["", f"{r.prop.id} REFUTED: {r.prop.statement}", f"  {_run_text(r.run)}"]
-                lines.append(f"  {r.detail}")
-            elif r.status in ("out of reach", "vacuous"):
-                lines += ["", f"{r.prop.id} {r.status.upper()}: {r.detail}"]
+        lines += verdict_lines(self.results, _run_text)
         verdict = "proved" if self.proved else "NOT proved"
         lines.append(f"{self.target}: {verdict} (runs of up to {self.passes} passes)")
         return "\n".join(lines)
@@ -122,16 +141,7 @@ class ProofReport:
             "proved": self.proved,
             "passes": self.passes,
             "seconds": round(self.seconds, 3),
-            "properties": [
-                {
-                    "id": r.prop.id,
-                    "statement": r.prop.statement,
-                    "status": r.status,
-                    "run": r.run,
-                    "detail": r.detail,
-                }
-                for r in self.results
-            ],
+            "properties": [r.as_dict() for r in self.results],
         }
 
 
