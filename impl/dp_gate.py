@@ -101,11 +101,17 @@ class AlignedGateConfig:
     (no-decode ranks included) with ``Decision.cap =
     pace_tokens`` on every rank, so no rank's prefill stretches the tick past the
     cost model's ridge (the cap comes from the cost model: ``densegate tune --dp``).
-    ALIGNED, STALL and BUDGET are then never reached. ``surge_tokens`` (None = off: the
-    cap stays ``pace_tokens``) is the cap of a PACED tick where some rank is filled: that
-    rank holds a dense pass's worth of prefill, which ``pace_tokens`` would take
-    ``dense_tokens / pace_tokens`` ticks to clear while its requests' first tokens wait;
-    it needs ``pace_tokens`` and is at least it.
+    ALIGNED, STALL and BUDGET are then never reached but in the busy wait.
+    ``surge_tokens`` (None = off: the cap stays ``pace_tokens``) is the cap of a PACED
+    tick where some rank is filled: that rank holds a dense pass's worth of prefill,
+    which ``pace_tokens`` would take ``dense_tokens / pace_tokens`` ticks to clear while
+    its requests' first tokens wait; it needs ``pace_tokens`` and is at least it.
+    ``busy_decodes`` (None = off) is the paced mode's busy wait: where a mixed tick costs
+    the decodes a whole pass (an engine whose prefill does not ride along its decodes),
+    a PACED tick whose release would be unaligned (some rank that decodes has nothing
+    waiting) while the ranks decode at least ``busy_decodes`` requests, none of the
+    waiting ranks without decodes, goes to the hold mode's rules instead (STALL,
+    BUDGET, HOLD: at most K - 1 held in a row).
     """
 
     dense_tokens: int
@@ -117,6 +123,7 @@ class AlignedGateConfig:
     align_ticks: int | None = None
     pace_tokens: int | None = None
     surge_tokens: int | None = None
+    busy_decodes: int | None = None
 
     def __post_init__(self) -> None:
         validate("AlignedGateConfig", self)  # each field's range, and surge >= pace
@@ -147,6 +154,7 @@ class AlignedGate:
     __slots__ = (
         "_align",
         "_budget",
+        "_busy",
         "_config",
         "_decisions",
         "_dense",
@@ -183,6 +191,7 @@ class AlignedGate:
         self._decisions[Reason.PACED] = Decision(True, Reason.PACED, pace)
         surge = pace if config.surge_tokens is None else config.surge_tokens
         self._surged = Decision(True, Reason.PACED, surge)  # a PACED tick with a filled rank
+        self._busy = 0 if config.busy_decodes is None else config.busy_decodes
         self._h = 0
         self._last_fill = 0
         self._grew_at = 0
@@ -217,7 +226,7 @@ class AlignedGate:
 
     def decide(self, reduced: ReducedObservation, tick: int) -> Decision:
         """Rules in order: EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, PACED (paced
-        mode), ALIGNED, STALL, BUDGET, HOLD."""
+        mode, but in the busy wait), ALIGNED, STALL, BUDGET, HOLD."""
         if reduced.ranks != self._world:
             raise ValueError(
                 f"ReducedObservation.ranks must equal world_size={self._world}, got {reduced.ranks}"
@@ -266,7 +275,7 @@ class AlignedGate:
             filled > 0 and not self._paced
         ):
             reason = Reason.DENSE
-        elif self._paced:
+        elif self._paced and not self._busy_wait(waiting_ranks + vacant, decodes, no_decode):
             reason = Reason.PACED
         elif self._aligned(waiting_ranks + vacant):
             reason = Reason.ALIGNED
@@ -281,6 +290,12 @@ class AlignedGate:
         if filled > 0 and reason is Reason.PACED:
             return self._surged  # some rank holds a dense pass's worth: the surge cap
         return self._decisions[reason]
+
+    def _busy_wait(self, ready: int, decodes: int, no_decode: int) -> bool:
+        """The busy wait's test: it is on, some rank is neither waiting nor vacant (the
+        release would be unaligned), the ranks decode at least ``busy_decodes`` requests
+        and every waiting rank decodes."""
+        return 0 < self._busy <= decodes and ready < self._world and no_decode == 0
 
     def _aligned(self, waiting_ranks: int) -> bool:
         """ALIGNED's test: the release is on, the episode has been held ``align_ticks``

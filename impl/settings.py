@@ -1,8 +1,9 @@
 """The aligned gate's settings, each declared once: its type, range, default and meaning.
 
 Every reader of a gate setting derives from ``SETTINGS``: ``AlignedGateConfig``'s
-validation (``validate``), ``densegate run``'s ``--align-ticks``, ``--pace-tokens`` and
-``--surge-tokens`` (``flagged``), ``DPConfig``'s pass-through to the gate, the keys vLLM's
+validation (``validate``), ``densegate run``'s ``--align-ticks``, ``--pace-tokens``,
+``--surge-tokens`` and ``--busy-decodes`` (``flagged``), ``DPConfig``'s pass-through to the
+gate, the keys vLLM's
 ``additional_config['densegate']`` and SGLang's ``DENSEGATE_SGLANG`` read (``keys``,
 ``read``) and the settings table of docs/DATA_PARALLEL.md (``table``). A setting
 added here is taken by each of them; the config dataclasses still spell their
@@ -187,6 +188,11 @@ SETTINGS: tuple[Setting, ...] = (
             "rank's prefill at S tokens instead (>= pace_tokens; D10)", low=1,
             off="the surge cap off", flag="--surge-tokens", metavar="S",
             carriers=(DP, VLLM_DP), caps=True, at_least="pace_tokens"),
+    Setting("busy_decodes", "int", None, "paced mode: a tick whose release would be "
+            "unaligned (some rank that decodes has nothing waiting) while the ranks decode "
+            "at least D requests, none of the waiting ranks without decodes, is held as the "
+            "hold mode holds (at most K - 1 in a row; D9)", low=1, off="the busy wait off",
+            flag="--busy-decodes", metavar="D", carriers=(DP, SGLANG)),
 )  # fmt: skip
 """Every gate setting, in ``AlignedGateConfig``'s field order."""
 

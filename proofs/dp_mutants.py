@@ -310,6 +310,42 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
         _PacedBelowValves,
         "PACED only where HOLD would be: ALIGNED, STALL and BUDGET still fire in paced mode",
     ),
+    "busy_aligned_too": (
+        _cond(
+            paced=lambda m, p, s, o, c: z3.And(
+                p["pc"], z3.Not(z3.And(p["bz"], o["D"] >= p["Db"], o["Nd"] == 0))
+            )
+        ),
+        "the busy wait holds an aligned release too (every rank waiting or vacant)",
+    ),
+    "busy_holds_no_decode": (
+        _cond(
+            paced=lambda m, p, s, o, c: z3.And(
+                p["pc"], z3.Not(z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["D"] >= p["Db"]))
+            )
+        ),
+        "the busy wait holds a tick where a waiting rank has no decode",
+    ),
+    "busy_strict": (
+        _cond(
+            paced=lambda m, p, s, o, c: z3.And(
+                p["pc"],
+                z3.Not(z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["D"] > p["Db"], o["Nd"] == 0)),
+            )
+        ),
+        "the busy wait needs more than busy_decodes decodes, not at least",
+    ),
+    "busy_local": (
+        _cond(
+            paced=lambda m, p, s, o, c: z3.And(
+                p["pc"],
+                z3.Not(
+                    z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["ld"] >= p["Db"], o["Nd"] == 0)
+                ),
+            )
+        ),
+        "the busy wait judged on this rank's own decodes: ranks hold and fire on one tick",
+    ),
     "paced_before_dense": (
         _PacedBeforeDense,
         "PACED ahead of DENSE: a tick where every rank can fill a dense pass is capped",

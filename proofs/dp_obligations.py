@@ -35,7 +35,7 @@ __all__ = ["DP_MUTANTS", "DP_OBLIGATIONS"]
 # -- the obligations ----------------------------------------------------------------------
 
 
-_READABLE = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3, "Cp": 4, "Cs": 6, "cmax": 6}
+_READABLE = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3, "Cp": 4, "Cs": 6, "cmax": 6, "Db": 6}
 
 
 def _small(p: Vars) -> z3.BoolRef:
@@ -166,6 +166,7 @@ DP_OBLIGATIONS: list[Obligation] = [
             "aligned_local",
             "paced_local_cap",
             "surge_local",
+            "busy_local",
         ],
         machine=pair(DP),
         wrap=pair,

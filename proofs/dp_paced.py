@@ -29,15 +29,18 @@ from densegate.spec.machine import Vars
 __all__ = ["PACED_MUTANTS", "PACED_OBLIGATIONS", "PACED_STATEMENTS", "first_token_lemma"]
 
 PACED_STATEMENTS: Mapping[str, str] = {
-    "D9": "paced mode never holds: with it on, every tick FIREs whatever the reduced vector "
-    "(so no HOLD while work waits, W > 0) and ALIGNED, STALL and BUDGET never fire; PACED "
-    "only with it on",
+    "D9": "paced mode holds only busy ticks: with it on, every tick FIREs whatever the reduced "
+    "vector (so no HOLD while work waits, W > 0) and ALIGNED, STALL and BUDGET never fire, "
+    "except on a busy tick (the busy wait on, some rank neither waiting nor vacant, W + Va < N, "
+    "D >= busy_decodes and no waiting rank without decodes, Nd = 0), which never fires PACED "
+    "(and is held at most K - 1 ticks in a row: D2); PACED only with it on",
     "D10": "paced cap: a decision's cap is Cp (the configured pace_tokens) on a PACED fire "
     "where no rank is filled, Cs (surge_tokens) on one where some rank's own fill reaches T "
     "(Fl > 0), and none (0) on every other, so every capped fire has cmin <= cap <= cmax (the "
     "spec takes any cmin <= Cp <= Cs <= cmax); a tick where every rank waits and F >= T*N "
     "is uncapped",
-    "D11": "first token, paced: a request with Q >= 1 prefill tokens ahead of it on its rank "
+    "D11": "first token, paced (busy wait off): a request with Q >= 1 prefill tokens ahead of it "
+    "on its rank "
     "(its own included) gets its first token within ceil(Q/cmin) ticks, whatever the other "
     "ranks do: each tick k it still waits has (k-1)*cmin < Q, so k <= ceil(Q/cmin) (by "
     "induction over the ticks, for every Q and cmin, on the gate composed with a counter "
@@ -56,16 +59,22 @@ PACED_STATEMENTS: Mapping[str, str] = {
 
 def _readable(p: Vars) -> z3.BoolRef:
     small = {"B": 8, "K": 4, "N": 3, "S": 3, "A": 3, "Cp": 4, "Cs": 6, "cmax": 6, "Q": 6,
-             "cap": 6}  # fmt: skip
+             "cap": 6, "Db": 6}  # fmt: skip
     return z3.And(*[p[k] <= v for k, v in small.items() if k in p])
+
+
+def _busy(p: Vars, o: Vars) -> z3.BoolRef:
+    """Stated apart from the machine's ``busy``, so a mutant cannot change the property's test."""
+    return z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["D"] >= p["Db"], o["Nd"] == 0)
 
 
 def _d9(st: Step) -> z3.BoolRef:
     p, out = st.p, st.out
     never = [out["reason"] != reason(n) for n in ("ALIGNED", "STALL", "BUDGET")]
+    calm = z3.And(p["pc"], z3.Not(_busy(p, st.o)))
     return z3.And(
-        z3.Implies(p["pc"], z3.And(out["fire"], *never)),
-        z3.Implies(out["reason"] == reason("PACED"), p["pc"]),
+        z3.Implies(calm, z3.And(out["fire"], *never)),
+        z3.Implies(out["reason"] == reason("PACED"), calm),
     )
 
 
@@ -93,12 +102,13 @@ _TICKS = Monitor("n", z3.Int, lambda p: z3.IntVal(0), lambda st: st.s["n"] + 1)
 
 def _d11(st: Step) -> z3.BoolRef:
     p, s = st.p, st.s
-    return z3.Implies(z3.And(p["pc"], s["r"] > 0), s["n"] * p["cmin"] < p["Q"])
+    return z3.Implies(z3.And(p["pc"], z3.Not(p["bz"]), s["r"] > 0), s["n"] * p["cmin"] < p["Q"])
 
 
 def _d11_inv(p: Vars, s: Vars) -> z3.BoolRef:
     ahead = z3.Or(s["r"] == 0, s["r"] + s["n"] * p["cmin"] <= p["Q"])
-    return z3.And(s["n"] >= 0, s["r"] >= 0, s["r"] <= p["Q"], z3.Implies(p["pc"], ahead))
+    paced = z3.And(p["pc"], z3.Not(p["bz"]))
+    return z3.And(s["n"] >= 0, s["r"] >= 0, s["r"] <= p["Q"], z3.Implies(paced, ahead))
 
 
 def first_token_lemma() -> z3.BoolRef:
@@ -217,7 +227,14 @@ def _dp(id: str, prop: Prop, mutants: list[str]) -> Obligation:
 
 
 PACED_OBLIGATIONS: list[Obligation] = [
-    _dp("D9", _d9, ["paced_holds_first_tick", "paced_only_all_waiting", "paced_below_valves"]),
+    _dp(
+        "D9",
+        _d9,
+        [
+            *("paced_holds_first_tick", "paced_only_all_waiting", "paced_below_valves"),
+            *("busy_aligned_too", "busy_holds_no_decode", "busy_strict"),
+        ],
+    ),
     _dp(
         "D10",
         _d10,
@@ -238,8 +255,8 @@ PACED_OBLIGATIONS: list[Obligation] = [
         readable=_readable,
         lemmas=[first_token_lemma],
         triggers=[
-            lambda st: z3.And(st.p["pc"], st.s["r"] > 0),
-            lambda st: z3.And(st.p["pc"], st.s["r"] > 0, st.s["n"] >= 1),
+            lambda st: z3.And(st.p["pc"], z3.Not(st.p["bz"]), st.s["r"] > 0),
+            lambda st: z3.And(st.p["pc"], z3.Not(st.p["bz"]), st.s["r"] > 0, st.s["n"] >= 1),
         ],
         trigger_names=["paced, tokens ahead", "paced, tokens still ahead at a later tick"],
     ),

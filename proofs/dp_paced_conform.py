@@ -7,8 +7,9 @@ from ``GateConfig``, which has no paced mode. This half judges a gate built as
 Decision`` and ``hold_passes`` (``densegate.impl.dp_gate.AlignedGate`` is one), as a black
 box from a fresh gate: CrossHair explores every path of every run of ``passes`` ticks,
 over every config (B, K, N >= 1, gate, KV valve, STALL valve (any S >= 0), aligned
-release (any A >= 0), paced mode (any ``pace_tokens`` >= 1) and its surge cap (any
-``surge_tokens`` >= ``pace_tokens``) each on or off; the fill
+release (any A >= 0), paced mode (any ``pace_tokens`` >= 1), its surge cap (any
+``surge_tokens`` >= ``pace_tokens``) and its busy wait (any ``busy_decodes`` >= 1) each on
+or off; the fill
 threshold any T in [1, B], handed to the gate as ``config.fill_tokens``, which it must
 read there) and every reduced vector and tick the spec admits, all unbounded ints.
 Each property is one symbolic question per path:
@@ -16,8 +17,9 @@ Each property is one symbolic question per path:
 - ``agreement``: decision, reason, cap (``Decision.cap``, None as the spec's 0) and
   ``hold_passes`` equal ``densegate.spec.dp_gate.DP``'s on every tick, its state
   carried beside the gate's from the initial one;
-- ``D9``: with the paced mode on every tick FIREs, never ALIGNED, STALL or BUDGET;
-  PACED only with it on;
+- ``D9``: with the paced mode on every tick FIREs, never ALIGNED, STALL or BUDGET, but a
+  busy one (busy wait on, some rank neither waiting nor vacant, D >= ``busy_decodes``, no
+  waiting rank without decodes); PACED only with it on and not busy;
 - ``D10``: the cap is ``pace_tokens`` on a PACED fire with no filled rank, ``surge_tokens``
   (``pace_tokens`` with the surge off) on one with a filled rank, None on every other;
   a tick where every rank waits and the fill reaches T*N is uncapped (the spec's
@@ -72,8 +74,8 @@ __all__ = [
 ALIGNED_IDS = ("agreement", "D9", "D10")
 _PROPS = {p.id: p for p in ALIGNED_PROPERTIES if p.id in ALIGNED_IDS}
 """Worded as the sampled aligned kit words them: one table, ``ALIGNED_PROPERTIES``."""
-PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "Cs", "sg")
-_BOOLS = ("kv", "enabled", "al", "pc", "sg")
+PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "Cs", "sg", "bz", "Db")
+_BOOLS = ("kv", "enabled", "al", "pc", "sg", "bz")
 _OBS = ("W", "F", "D", "P", "C", "Fl", "Nd", "Va", "t")
 
 ALIGNED_CLASSES: Classes = {
@@ -82,6 +84,7 @@ ALIGNED_CLASSES: Classes = {
     "paced mode on": lambda v: v["pc"],
     "paced mode off": lambda v: z3.Not(v["pc"]),
     "surge cap on": lambda v: z3.And(v["pc"], v["sg"]),
+    "busy wait on": lambda v: z3.And(v["pc"], v["bz"]),
 }
 """The configuration classes every property's check must reach on some explored path."""
 
@@ -103,14 +106,15 @@ def _config(v: Mapping[str, Any]) -> AlignedGateConfig:
         cls = type("AlignedGateConfig", (_Config,), {"T": v["T"], "__module__": __name__})
     return cls(v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"],  # type: ignore[no-any-return]
                v["A"] if v["al"] else None, v["Cp"] if v["pc"] else None,
-               v["Cs"] if v["pc"] and v["sg"] else None)  # fmt: skip
+               v["Cs"] if v["pc"] and v["sg"] else None,
+               v["Db"] if v["bz"] else None)  # fmt: skip
 
 
 def _pre(ticks: int) -> Callable[[Mapping[str, z3.ExprRef]], z3.BoolRef]:
     def pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
         B, N = v["B"], v["N"]
         conds = [B >= 1, v["K"] >= 1, N >= 1, v["T"] >= 1, v["T"] <= B, v["S"] >= 0]
-        conds += [v["A"] >= 0, v["Cp"] >= 1, v["Cs"] >= v["Cp"]]
+        conds += [v["A"] >= 0, v["Cp"] >= 1, v["Cs"] >= v["Cp"], v["Db"] >= 1]
         for i in range(ticks):
             W, F, D, P, C, Fl, Nd, Va, t = (v[f"{k}{i}"] for k in _OBS)
             conds += [W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0]
@@ -165,8 +169,11 @@ def _judge(pid: str, v: Mapping[str, Any], steps: Sequence[tuple[Any, ...]]) -> 
             conds += [f == want[0], r == want[1], c == want[2], term(h2) == s["h"]]
         elif pid == "D9":
             never = [r != reason(n) for n in ("ALIGNED", "STALL", "BUDGET")]
-            conds.append(z3.Implies(p["pc"], z3.And(f, *never)))
-            conds.append(z3.Implies(r == reason("PACED"), p["pc"]))
+            unaligned = o["W"] + o["Va"] < p["N"]
+            busy = z3.And(p["bz"], unaligned, o["D"] >= p["Db"], o["Nd"] == 0)
+            calm = z3.And(p["pc"], z3.Not(busy))
+            conds.append(z3.Implies(calm, z3.And(f, *never)))
+            conds.append(z3.Implies(r == reason("PACED"), calm))
         else:
             dense = z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
             pace = z3.If(o["Fl"] > 0, p["Cs"], p["Cp"])
@@ -233,8 +240,8 @@ class AlignedProofReport:
         lines = [
             f"densegate conform --prove --aligned {self.target}: every path of every run of "
             f"{self.ticks} ticks from a fresh gate, all configs (B, K, N >= 1, T in [1, B]; "
-            "gate, KV valve, STALL valve, aligned release, paced mode and surge cap each on and "
-            "off) and "
+            "gate, KV valve, STALL valve, aligned release, paced mode, surge cap and busy wait "
+            "each on and off) and "
             f"reduced vectors (unbounded ints), {self.seconds:.1f} s"
         ]
         lines += verdict_lines(self.results, _run_text)

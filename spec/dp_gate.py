@@ -7,8 +7,10 @@ fill threshold ``ceil(target_fill * B)``, ``S`` stall ticks (0 = off), ``kv``
 (its ``align_ticks``: fire once every rank waits or is vacant and ``h >= A``), ``pc`` (the paced
 mode on), ``Cp`` (its cap, ``pace_tokens``) and ``Cs`` (its surge cap, ``surge_tokens``,
 the cap of a PACED tick where some rank can fill a dense pass on its own; ``Cs = Cp`` with
-the surge off). A cost model outside the spec picks both caps, so the spec takes them as
-any values with ``cmin <= Cp <= Cs <= cmax``: ``cmin`` the least prefill a fire runs,
+the surge off), ``bz`` (the paced mode's busy wait on) and ``Db`` (its ``busy_decodes``: a tick
+the paced mode would fire goes to the hold rules while some rank is neither waiting nor vacant,
+``D >= Db`` and ``Nd = 0``). A cost model outside the spec picks both caps, so the spec takes
+them as any values with ``cmin <= Cp <= Cs <= cmax``: ``cmin`` the least prefill a fire runs,
 ``cmax`` the pass's token budget, which the gate itself never reads. State: ``h``
 (ticks the episode has been held) and the stall memory ``q`` (last aggregate
 fill) and ``g`` (tick it last grew). The observation is the SUM-reduced vector
@@ -45,7 +47,7 @@ from densegate.spec import gate as single
 from densegate.spec.machine import Command, Machine, Vars
 
 __all__ = ["DP", "LOCAL", "REASONS", "SHARED", "DpConditions", "DpMachine", "DpReason",
-           "everyone_dense", "reason", "same_reason", "surge_cap"]  # fmt: skip
+           "busy", "everyone_dense", "reason", "same_reason", "surge_cap"]  # fmt: skip
 
 REASONS = (*single.REASONS, "KV_PRESSURE", "STALL", "ALIGNED", "PACED")
 """In ``densegate.impl.Reason`` order: the single-rank six, then the aligned gate's rules."""
@@ -98,7 +100,7 @@ class DpConditions:
 class DpMachine(Machine):
     """FIRE/HOLD per tick for every rank at once; every FIRE resets ``h``, HOLD adds one.
     Paced mode: a tick ALIGNED, STALL, BUDGET or HOLD would take fires PACED with cap Cp,
-    or Cs where some rank is filled (``surge_cap``)."""
+    or Cs where some rank is filled (``surge_cap``), but in the busy wait (``busy``)."""
 
     shared_obs: ClassVar[tuple[str, ...]] = SHARED
 
@@ -117,10 +119,12 @@ class DpMachine(Machine):
             "pc",
             "Cp",
             "Cs",
+            "bz",
+            "Db",
             "cmin",
             "cmax",
         )
-        bools = ("kv", "enabled", "al", "pc")
+        bools = ("kv", "enabled", "al", "pc", "bz")
         self.param_sorts = {k: z3.Bool if k in bools else z3.Int for k in names}
         self.state_sorts = {"h": z3.Int, "q": z3.Int, "g": z3.Int}
         self.obs_sorts = {k: z3.Int for k in (*SHARED, *LOCAL)}
@@ -140,6 +144,7 @@ class DpMachine(Machine):
             p["Cp"] <= p["cmax"],
             p["Cp"] <= p["Cs"],
             p["Cs"] <= p["cmax"],
+            p["Db"] >= 1,
         )
 
     def init(self, p: Vars, s: Vars) -> z3.BoolRef:
@@ -225,7 +230,7 @@ class DpMachine(Machine):
             aligned=z3.And(p["al"], o["W"] + o["Va"] == p["N"], s["h"] >= p["A"]),
             stalled=z3.And(p["S"] > 0, o["t"] - grew_at >= p["S"]),
             spent=s["h"] + 1 >= p["K"],
-            paced=p["pc"],
+            paced=z3.And(p["pc"], z3.Not(busy(p, o))),
         )
 
     def commands(self, p: Vars, s: Vars, o: Vars) -> Sequence[Command]:
@@ -234,7 +239,7 @@ class DpMachine(Machine):
         live = z3.And(c.waiting, c.enabled, c.decoding)
         calm = z3.And(live, z3.Not(c.pressured))
         sparse = z3.And(calm, z3.Not(c.dense))
-        held = z3.And(sparse, z3.Not(c.paced))  # paced mode never gets past PACED
+        held = z3.And(sparse, z3.Not(c.paced))  # paced mode gets past PACED only when busy
         thin = z3.And(held, z3.Not(c.aligned))
         slow = z3.And(thin, z3.Not(c.stalled))
         return (
@@ -255,6 +260,13 @@ def everyone_dense(p: Vars, o: Vars) -> z3.BoolRef:
     """Every rank waits and the aggregate reaches T tokens per rank: the paced mode's only
     uncapped release, and beside any filled rank the plain mode's DENSE."""
     return z3.And(o["W"] == p["N"], o["F"] >= p["T"] * p["N"])
+
+
+def busy(p: Vars, o: Vars) -> z3.BoolRef:
+    """The paced mode's busy wait: on, some rank neither waits nor is vacant (a release now
+    would be unaligned), the ranks decode at least ``Db`` requests and every waiting rank
+    decodes (so no rank without decodes is held)."""
+    return z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["D"] >= p["Db"], o["Nd"] == 0)
 
 
 def surge_cap(p: Vars, o: Vars) -> z3.ArithRef:

@@ -97,7 +97,8 @@ class _OneRank(Machine):
         one, zero, off = z3.IntVal(1), z3.IntVal(0), z3.BoolVal(False)
         same = {k: p[k] for k in ("B", "K", "enabled")}
         return same | {"N": one, "T": p["B"], "S": zero, "kv": off, "al": off, "A": zero} | {
-            "pc": off, "Cp": one, "Cs": one, "cmin": one, "cmax": one}  # fmt: skip
+            "pc": off, "Cp": one, "Cs": one, "bz": off, "Db": one, "cmin": one,
+            "cmax": one}  # fmt: skip
 
     def _dp_obs(self, p: Vars, o: Vars) -> Vars:
         """What the rank's vector sums to when it is alone: its own, capped at B."""

@@ -211,6 +211,7 @@ def test_two_budgets_hold_their_sum_the_aligned_gate_one_budget() -> None:
     K, B, N = 30, 100, 2
     params = {"B": B, "K": K, "N": N, "T": B, "S": 0, "kv": False, "enabled": True}
     params |= {"al": False, "A": 0, "pc": False, "Cp": 1, "Cs": 1, "cmin": 1, "cmax": 1}
+    params |= {"bz": False, "Db": 1}
     obs = {"W": 2, "F": 10, "D": 4, "P": 0, "C": 0, "Fl": 0, "Nd": 0, "Va": 0}
     obs |= {"lw": 1, "lf": 5, "ld": 2, "lp": 0, "lfl": 0, "lnd": 0, "lva": 0}
 

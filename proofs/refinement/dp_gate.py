@@ -4,8 +4,9 @@ The abstraction is the gate's ``state`` (``hold_passes``, ``last_fill``,
 ``grew_at``) read as the spec's (h, q, g). One check over unbounded ints: for
 every configuration (B, K, N >= 1, fill threshold 1 <= T <= B, S >= 0, KV valve,
 aligned release (``align_ticks`` A >= 0 or None), paced mode (``pace_tokens`` Cp >= 1
-or None, and beside it ``surge_tokens`` Cs >= Cp or None, read by the spec as Cs = Cp) and
-gate on or off) and every state with 0 <= h < K (stall memory any ints),
+or None, and beside it ``surge_tokens`` Cs >= Cp or None, read by the spec as Cs = Cp, and
+``busy_decodes`` Db >= 1 or None, the spec's busy wait bz) and gate on or off) and every
+state with 0 <= h < K (stall memory any ints),
 a fresh gate starts in the spec's initial state, and one ``decide`` on any reduced
 vector the spec admits (0 <= W <= N, W <= F <= W*B, D >= 0, 0 <= P, C <= N; filled and
 no-decode ranks 0 <= Fl, Nd <= W, vacant ranks 0 <= Va <= N - W) and
@@ -58,7 +59,7 @@ __all__ = [
     "replay",
 ]
 
-PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "Cs", "sg")
+PARAMS = ("B", "K", "N", "T", "S", "kv", "enabled", "al", "A", "pc", "Cp", "Cs", "sg", "bz", "Db")
 """The checks' configuration inputs: the spec's parameters but ``cmin``, ``cmax``, and ``sg``
 (``surge_tokens`` set: else the spec's Cs is Cp, ``spec_params``)."""
 STATE = ("h", "q", "g")
@@ -79,7 +80,7 @@ def _pre(v: Mapping[str, z3.ExprRef]) -> z3.BoolRef:
     Fl, Nd, Va = v["Fl"], v["Nd"], v["Va"]
     return z3.And(
         B >= 1, K >= 1, N >= 1, T >= 1, T <= B, S >= 0, A >= 0, v["Cp"] >= 1, h >= 0, h < K,
-        v["Cs"] >= v["Cp"],
+        v["Cs"] >= v["Cp"], v["Db"] >= 1,
         W >= 0, W <= N, W <= F, F <= W * B, D >= 0, P >= 0, P <= N, C >= 0, C <= N, t >= 0,
         Fl >= 0, Fl <= W, Nd >= 0, Nd <= W, Va >= 0, Va <= N - W,
     )  # fmt: skip
@@ -101,6 +102,8 @@ R2_CLASSES: Classes = {
     "paced mode off": lambda v: z3.Not(v["pc"]),
     "surge cap on": lambda v: z3.And(v["pc"], v["sg"]),
     "surge cap off": lambda v: z3.And(v["pc"], z3.Not(v["sg"])),
+    "busy wait on": lambda v: z3.And(v["pc"], v["bz"]),
+    "busy wait off": lambda v: z3.And(v["pc"], z3.Not(v["bz"])),
 }
 """The configuration classes R2's scope names; each must be reached by an explored path."""
 
@@ -120,13 +123,14 @@ def _unvalidated(cls: type, names: tuple[str, ...], values: tuple[Any, ...]) -> 
 def _inputs(v: Mapping[str, Any], validated: bool) -> tuple[Any, Any]:
     """The config and reduced vector; ``validated`` runs their shipped constructors."""
     cfg = (v["B"], v["K"], v["enabled"], 1, v["S"], v["kv"], v["A"] if v["al"] else None,
-           v["Cp"] if v["pc"] else None, v["Cs"] if v["pc"] and v["sg"] else None)  # fmt: skip
+           v["Cp"] if v["pc"] else None, v["Cs"] if v["pc"] and v["sg"] else None,
+           v["Db"] if v["bz"] else None)  # fmt: skip
     red = (v["N"], v["W"], v["F"], v["D"], v["P"], v["C"], v["Fl"], v["Nd"], v["Va"])
     if validated:
         config, reduced = _Config(*cfg), ReducedObservation(*red)
     else:  # plain attribute stores: nothing of the code under check runs, so not traced
         names = (*_CONFIG_FIELDS, "kv_pressure_valve", "align_ticks", "pace_tokens",
-                 "surge_tokens")  # fmt: skip
+                 "surge_tokens", "busy_decodes")  # fmt: skip
         with NoTracing():
             config = _unvalidated(_Config, names, cfg)
             reduced = _unvalidated(ReducedObservation, _REDUCED_FIELDS, red)
@@ -145,7 +149,7 @@ def _run(cls: type, v: Mapping[str, Any], validated: bool = True) -> tuple[Any, 
 
 
 _NAMES = (*PARAMS, *STATE, *OBS)
-_BOOLS = ("kv", "enabled", "al", "pc", "sg")
+_BOOLS = ("kv", "enabled", "al", "pc", "sg", "bz")
 _SIGNATURE = keyword_signature({n: bool if n in _BOOLS else int for n in _NAMES})
 """The checks' arguments, keyword-only (``keyword_signature``: CrossHair shares them across
 paths instead of copying each on every path)."""
@@ -219,6 +223,8 @@ def _inputs_check(cls: type) -> Callable[..., None]:
         surged = v["pc"] and v["sg"]
         if (config.surge_tokens is None) == surged or (surged and config.surge_tokens != v["Cs"]):
             fail(v, "the config changed surge_tokens")
+        if (config.busy_decodes is None) == v["bz"] or (v["bz"] and config.busy_decodes != v["Db"]):
+            fail(v, "the config changed busy_decodes")
         reached(v)
 
     check.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
@@ -262,9 +268,10 @@ _DENSE = """    elif (waiting_ranks == self._world and fill >= self._fill_target
     ):
         reason = Reason.DENSE
 """
-_PACED = """    elif self._paced:
-        reason = Reason.PACED
-"""
+_PACED = (
+    "    elif self._paced and not self._busy_wait(waiting_ranks + vacant, decodes, no_decode):\n"
+    "        reason = Reason.PACED\n"
+)
 _DENSE_THEN_PACED, _PACED_THEN_DENSE = _DENSE + _PACED, _PACED + _DENSE
 
 R2_MUTANTS: tuple[CodeMutant, ...] = (
@@ -329,6 +336,27 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
         "paced mode passes over the KV valve: a pressured tick fires DENSE or PACED",
         "self._kv_valve and pressured > 0",
         "self._kv_valve and pressured > 0 and not self._paced",
+    ),
+    _m(
+        "busy_wait_aligned_too",
+        "the busy wait holds an aligned release too (every rank waiting or vacant)",
+        "ready < self._world and no_decode == 0",
+        "no_decode == 0",
+        "_busy_wait",
+    ),
+    _m(
+        "busy_wait_holds_no_decode",
+        "the busy wait holds a tick where a waiting rank has no decode",
+        "ready < self._world and no_decode == 0",
+        "ready < self._world",
+        "_busy_wait",
+    ),
+    _m(
+        "busy_wait_strict",
+        "the busy wait needs more than busy_decodes decodes, not at least",
+        "0 < self._busy <= decodes",
+        "0 < self._busy < decodes",
+        "_busy_wait",
     ),
     _m(
         "fresh_gate_holding",

@@ -45,7 +45,10 @@ class CheckedAlignedGate(Protocol):
 AlignedFactory = Callable[[AlignedGateConfig, int], Any]
 """``factory(config, world_size)``: a fresh aligned gate, in its initial state."""
 
-_FIRED_PACED = "with the paced mode on, every tick FIREs, never ALIGNED, STALL or BUDGET"
+_FIRED_PACED = (
+    "with the paced mode on, every tick FIREs, never ALIGNED, STALL or BUDGET, but a busy one "
+    "(the busy wait on, W + Va < N, D >= busy_decodes and Nd = 0)"
+)
 ALIGNED_PROPERTIES: tuple[Property, ...] = (
     Property(
         "D1",
@@ -69,9 +72,9 @@ ALIGNED_PROPERTIES: tuple[Property, ...] = (
     by_id("D8"),
     Property(
         "D9",
-        "paced never holds",
-        f"paced mode never holds: {_FIRED_PACED}; PACED only with it on (so no HOLD while "
-        "work waits)",
+        "paced holds only busy",
+        f"paced mode holds only busy ticks: {_FIRED_PACED}; PACED only with it on and the tick "
+        "not busy (so no HOLD while work waits, but in the busy wait)",
     ),
     Property(
         "D10",
@@ -106,6 +109,7 @@ def spec_params(config: AlignedGateConfig, world: int) -> dict[str, Any]:
         "T": config.fill_tokens, "S": config.stall_ticks, "kv": config.kv_pressure_valve,
         "enabled": config.enabled, "al": align is not None, "A": align or 0,
         "pc": pace is not None, "Cp": pace or 1, "Cs": surge, "cmin": 1, "cmax": surge,
+        "bz": config.busy_decodes is not None, "Db": config.busy_decodes or 1,
     }  # fmt: skip
 
 
@@ -183,8 +187,13 @@ def _judge(
         out.flag("D8", i, f"ALIGNED without the release on, W + Va = N and held {age} >= A")
     if not fire and p["al"] and p["enabled"] and release and D > 0:
         out.flag("D8", i, f"release on, W + Va = N and held {age} >= A, yet HOLD")
-    if (pc and (not fire or why in ("ALIGNED", "STALL", "BUDGET"))) or (why == "PACED" and not pc):
-        out.flag("D9", i, f"{code} with the paced mode {'on' if pc else 'off'}")
+    busy = p["bz"] and W + Va < N and p["Db"] <= D and Nd == 0
+    calm = pc and not busy
+    if (calm and (not fire or why in ("ALIGNED", "STALL", "BUDGET"))) or (
+        why == "PACED" and not calm
+    ):
+        state = f"the paced mode {'on' if pc else 'off'}{', busy' if pc and busy else ''}"
+        out.flag("D9", i, f"{code} with {state}")
     pace = (p["Cs"] if Fl > 0 else Cp) if pc else None
     if (cap or 0) != (pace if why == "PACED" else 0) or (everyone and cap is not None):
         out.flag("D10", i, f"{code}, pace_tokens={Cp}, surge_tokens={p['Cs'] if pc else None}, "

@@ -66,11 +66,12 @@ class AlignedReport(Verdicts):
 
 
 def _params(cfg: AlignedGateConfig, world: int) -> dict[str, Any]:
-    """The spec's names; A, Cp and Cs are None with the aligned release, paced mode and surge
-    cap off."""
+    """The spec's names; A, Cp, Cs and Db are None with the aligned release, paced mode, surge
+    cap and busy wait off."""
     p = spec_params(cfg, world)
     keep = {k: p[k] for k in ("B", "K", "N", "T", "S", "kv", "enabled")}
-    return keep | {"A": cfg.align_ticks, "Cp": cfg.pace_tokens, "Cs": cfg.surge_tokens}
+    return keep | {"A": cfg.align_ticks, "Cp": cfg.pace_tokens, "Cs": cfg.surge_tokens,
+                   "Db": cfg.busy_decodes}  # fmt: skip
 
 
 def _spec_text(spec: tuple[bool, str, int, int]) -> str:

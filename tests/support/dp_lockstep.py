@@ -36,6 +36,8 @@ pace_tokens = st.integers(1, 64)
 cmax = the cap itself, which the gate never reads."""
 surge_extra = st.one_of(st.none(), st.just(0), st.integers(1, 64))
 """The surge cap as pace_tokens plus this (None: off, the spec's Cs = Cp)."""
+busy_decodes = st.one_of(st.none(), st.integers(1, 12))
+"""The paced mode's busy wait (None: off), small enough that drawn decodes reach it."""
 run_lengths = st.integers(1, 30)
 advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 
@@ -80,7 +82,8 @@ class AlignedLockstep(RuleBasedStateMachine):
         pace = data.draw(self.paces, label="pace_tokens")
         extra = None if pace is None else data.draw(surge_extra, label="surge above pace")
         surge = None if pace is None or extra is None else pace + extra
-        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A, pace, surge)
+        busy = None if pace is None else data.draw(busy_decodes, label="busy_decodes")
+        self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A, pace, surge, busy)
         self.gate = m.AlignedGate(self.config, N)
         self.replicas = [m.AlignedGate(self.config, N) for _ in range(N)]
         T = self.config.fill_tokens
@@ -89,6 +92,7 @@ class AlignedLockstep(RuleBasedStateMachine):
         self.params |= {"al": A is not None, "A": 0 if A is None else A}
         cs = surge or pace or 1
         self.params |= {"pc": pace is not None, "Cp": pace or 1, "Cs": cs, "cmin": 1, "cmax": cs}
+        self.params |= {"bz": busy is not None, "Db": busy or 1}
         self.state = {"h": 0, "q": 0, "g": 0}
         self.tick = 0
         self._strategies()

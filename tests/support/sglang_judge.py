@@ -55,6 +55,8 @@ def dp_spec_mismatches(
         "Cs": cfg.surge_tokens or cfg.pace_tokens or 1,
         "cmin": 1,
         "cmax": cfg.surge_tokens or cfg.pace_tokens or 1,
+        "bz": cfg.busy_decodes is not None,
+        "Db": cfg.busy_decodes or 1,
     }
     state = {"h": 0, "q": 0, "g": 0}
     bad = []
