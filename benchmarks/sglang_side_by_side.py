@@ -289,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             settings = settings_from_env({ENV_VAR: args.settings})
             gate_config(settings, max_delay_passes=K, max_prefill_tokens=LIMITS.max_prefill_tokens,
-                        chunked_prefill_size=LIMITS.chunked_prefill_size)  # fmt: skip
+                        chunked_prefill_size=LIMITS.chunked_prefill_size,
+                        max_running_requests=LIMITS.max_running_requests)  # fmt: skip
         except ValueError as e:
             print(f"--settings: {e}", file=sys.stderr)
             return 2

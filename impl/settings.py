@@ -1,9 +1,8 @@
 """The aligned gate's settings, each declared once: its type, range, default and meaning.
 
 Every reader of a gate setting derives from ``SETTINGS``: ``AlignedGateConfig``'s
-validation (``validate``), ``densegate run``'s ``--align-ticks``, ``--pace-tokens``,
-``--surge-tokens`` and ``--busy-decodes`` (``flagged``), ``DPConfig``'s pass-through to the
-gate, the keys vLLM's
+validation (``validate``), ``densegate run``'s ``--align-ticks``, ``--pace-tokens`` and
+``--surge-tokens`` (``flagged``), ``DPConfig``'s pass-through to the gate, the keys vLLM's
 ``additional_config['densegate']`` and SGLang's ``DENSEGATE_SGLANG`` read (``keys``,
 ``read``) and the settings table of docs/DATA_PARALLEL.md (``table``). A setting
 added here is taken by each of them; the config dataclasses still spell their
@@ -191,8 +190,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("busy_decodes", "int", None, "paced mode: a tick whose release would be "
             "unaligned (some rank that decodes has nothing waiting) while the ranks decode "
             "at least D requests, none of the waiting ranks without decodes, is held as the "
-            "hold mode holds (at most K - 1 in a row; D9)", low=1, off="the busy wait off",
-            flag="--busy-decodes", metavar="D", carriers=(DP, SGLANG)),
+            "hold mode holds (at most K - 1 in a row; D9); for engines whose prefill does not "
+            "ride along decodes", low=1, off="the busy wait off", carriers=(SGLANG,)),
 )  # fmt: skip
 """Every gate setting, in ``AlignedGateConfig``'s field order."""
 

@@ -140,8 +140,9 @@ PROPERTIES: tuple[Property, ...] = (
         "R2",
         "AlignedGate refines the DP gate",
         "code refines model: for any number of ranks N and every configuration (gate, KV "
-        "valve, STALL valve, aligned release (any A >= 0), paced mode (any pace_tokens >= 1) "
-        "and its surge cap (any surge_tokens >= pace_tokens) each on or off; fill_tokens any "
+        "valve, STALL valve, aligned release (any A >= 0), paced mode (any pace_tokens >= 1), "
+        "its surge cap (any surge_tokens >= pace_tokens) and its busy wait (any busy_decodes "
+        ">= 1) each on or off; fill_tokens any "
         "T in [1, B]), from every state "
         "(0 <= h < K, any stall memory) one call of AlignedGate.decide on any reduced vector "
         "(its counts of filled, no-decode and vacant ranks included) "

@@ -22,14 +22,24 @@ admission before the executor asks the delayer, and a pass is an extend or a dec
 keeps, is the only one SGLang's pass applies. ``null`` turns it off: the hold mode
 (DENSE, ALIGNED, STALL and the budget K), SGLang's delayer's kind of rule. Why the
 room is the default: ``benchmarks/sglang_side_by_side.py`` (docs/SGLANG.md).
+
+``busy_decodes`` defaults to three quarters of the DP group's running slots
+(``ceil(3/4 * ranks * --max-running-requests)``, ``BUSY``): with no prefill riding along
+decodes, an extend on some ranks stalls every rank's decodes for its pass, so while the
+batches are that full the paced release waits (at most K - 1 passes) for the extends to
+align. Where ``--max-running-requests`` is left to SGLang (sized at run time), the
+default cannot be sized and the busy wait is off (the delayer's ``gate_config.busy_decodes``
+is None): give the flag, or ``busy_decodes`` as an int. ``null`` turns it off.
 """
 
 from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 
 from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.impl.gate import Reason
@@ -38,12 +48,16 @@ from densegate.impl.validation import is_int, json_value
 from densegate.integrations.versions import release
 
 __all__ = [
+    "BUSY",
+    "BUSY_SHARE",
     "ENV_VAR",
     "ROOM",
     "SUPPORTED_SGLANG",
+    "Busy",
     "PluginSettings",
     "Room",
     "UnsupportedSglangVersion",
+    "busy_decodes",
     "check_sglang_version",
     "default_dense_tokens",
     "gate_config",
@@ -67,6 +81,7 @@ _KEYS = (*keys(SGLANG), _WATERMARK)
 _ROOM = "one pass's prefill room"
 _K_FLAG = "--prefill-delayer-max-delay-passes"
 _PACE = "pace_tokens"
+_BUSY = "busy_decodes"
 
 
 class Room(enum.Enum):
@@ -77,6 +92,20 @@ class Room(enum.Enum):
 
 ROOM = Room.ROOM
 """``pace_tokens``' default: the paced release at one pass's prefill room."""
+
+
+class Busy(enum.Enum):
+    """A share of the DP group's running slots, as a setting's value: known once SGLang's
+    flags and the group's size are."""
+
+    BUSY = "three quarters of the DP group's running slots"
+
+
+BUSY = Busy.BUSY
+"""``busy_decodes``' default: ``ceil(BUSY_SHARE * ranks * --max-running-requests)``."""
+BUSY_SHARE = Fraction(3, 4)
+"""The running slots' share at which the busy wait starts: 0.75 and 0.9 chose the same holds
+on every scenario of ``benchmarks/sglang_side_by_side.py``, 0.5-0.6 held calm loads too."""
 
 
 class UnsupportedSglangVersion(ImportError):
@@ -112,6 +141,8 @@ class PluginSettings:
     """``align_ticks`` and ``pace_tokens``: the aligned gate's releases (``None``: off), as
     declared in ``densegate.impl.settings``, like every field here but the watermark;
     ``pace_tokens`` is the paced release at one pass's room (``ROOM``) unless set."""
+    busy_decodes: int | Busy | None = BUSY
+    """The paced release's busy wait: ``BUSY`` (sized by ``gate_config``) unless set."""
 
 
 def _where(key: str) -> str:
@@ -135,6 +166,8 @@ def settings_from_env(environ: Mapping[str, str]) -> PluginSettings:
     got = read(SGLANG, raw, _where, defaults={"dense_tokens": None}, nulls={"dense_tokens": _ROOM})
     if _PACE not in raw:
         got[_PACE] = ROOM
+    if _BUSY not in raw:
+        got[_BUSY] = BUSY
     mark = raw.get(_WATERMARK, 0.9)
     if isinstance(mark, bool) or not isinstance(mark, int | float) or not 0 < mark <= 1:
         raise ValueError(f"{_where(_WATERMARK)} must be a number in (0, 1], got {mark!r}")
@@ -161,8 +194,12 @@ def gate_config(
     max_delay_passes: object,
     max_prefill_tokens: int,
     chunked_prefill_size: int | None,
+    max_running_requests: int | None = None,
+    ranks: int = 1,
 ) -> AlignedGateConfig:
-    """The aligned gate's config: K from SGLang's flag, the rest from ``settings``."""
+    """The aligned gate's config: K from SGLang's flag, the rest from ``settings``;
+    ``BUSY`` sized from ``max_running_requests`` (None or 0: left to SGLang, the busy wait
+    off) and the DP group's ``ranks``."""
     if not is_int(max_delay_passes) or max_delay_passes < 1:
         raise ValueError(f"{_K_FLAG} must be an int >= 1, got {max_delay_passes!r}")
     room = default_dense_tokens(max_prefill_tokens, chunked_prefill_size)
@@ -182,8 +219,27 @@ def gate_config(
             f"smaller cap would not be applied, got {pace!r}"
         )
     kept = {s.name: getattr(settings, s.name) for s in carried(SGLANG)}
-    kept.update(dense_tokens=dense, pace_tokens=pace)
+    kept.update(dense_tokens=dense, pace_tokens=pace, busy_decodes=busy_decodes(
+        settings, max_running_requests, ranks))  # fmt: skip
     return AlignedGateConfig(max_hold_passes=max_delay_passes, **kept)
+
+
+def busy_decodes(
+    settings: PluginSettings, max_running_requests: int | None, ranks: int
+) -> int | None:
+    """``settings.busy_decodes``, ``BUSY`` sized: ``ceil(BUSY_SHARE * ranks *
+    max_running_requests)``, or None (off) where SGLang sizes ``--max-running-requests``."""
+    if settings.busy_decodes is not BUSY:
+        return settings.busy_decodes
+    if not is_int(ranks) or ranks < 1:
+        raise ValueError(f"the DP group's ranks must be an int >= 1, got {ranks!r}")
+    if max_running_requests is None or max_running_requests == 0:
+        return None
+    if not is_int(max_running_requests) or max_running_requests < 0:
+        raise ValueError(
+            f"--max-running-requests must be an int >= 1, got {max_running_requests!r}"
+        )
+    return math.ceil(BUSY_SHARE * ranks * max_running_requests)
 
 
 _SGLANG_REASONS = {Reason.HOLD: "delay", Reason.BUDGET: "wait_timeout", Reason.EMPTY: ""}

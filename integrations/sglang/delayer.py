@@ -100,11 +100,14 @@ class DenseGatePrefillDelayer:
     ) -> None:
         schedule, parallel = get_schedule(), get_parallel()
         self.settings = settings_from_env(os.environ)
+        attn_dp = bool(parallel.attn_dp_enabled)
         self.gate_config = gate_config(
             self.settings,
             max_delay_passes=max_delay_passes,
             max_prefill_tokens=schedule.max_prefill_tokens,
             chunked_prefill_size=schedule.chunked_prefill_size,
+            max_running_requests=schedule.max_running_requests,
+            ranks=int(parallel.num_dp_ranks) if attn_dp else 1,
         )
         self.token_usage_low_watermark = token_usage_low_watermark  # not part of the gate
         nccl = (
@@ -114,7 +117,7 @@ class DenseGatePrefillDelayer:
         tp = parallel.tp_group
         self._start(
             num_dp_ranks=int(parallel.num_dp_ranks),
-            attn_dp_enabled=bool(parallel.attn_dp_enabled),
+            attn_dp_enabled=attn_dp,
             group=tp.device_group if nccl else tp.cpu_group,
             device=tp.device if nccl else "cpu",
             width=int(parallel.attn_cp_size) * int(parallel.attn_tp_size),

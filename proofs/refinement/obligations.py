@@ -293,9 +293,9 @@ REFINEMENT_OBLIGATIONS: list[RefinementObligation] = [
         (*dp_gate.R2_MUTANTS, *dp_gate.R2_CAP_MUTANTS),
         "impl/dp_gate.py AlignedGate, symbolic execution (CrossHair) of every path; "
         "unbounded ints, any N >= 1; fill_tokens taken as T in [1, B], not executed; gate, "
-        "KV valve, STALL valve, aligned release, paced mode (any pace_tokens >= 1) and its "
-        "surge cap (any surge_tokens >= pace_tokens) each on and off, each reached by an "
-        "explored path; the decision's cap compared too",
+        "KV valve, STALL valve, aligned release, paced mode (any pace_tokens >= 1), its "
+        "surge cap (any surge_tokens >= pace_tokens) and its busy wait (any busy_decodes >= 1) "
+        "each on and off, each reached by an explored path; the decision's cap compared too",
         DP,
         dp_gate.R2_PRECONDITION,
         dp_gate.R2_CLASSES,

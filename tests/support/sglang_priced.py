@@ -118,6 +118,8 @@ def densegate_delayer(
         max_delay_passes=k,
         max_prefill_tokens=limits.max_prefill_tokens,
         chunked_prefill_size=limits.chunked_prefill_size,
+        max_running_requests=limits.max_running_requests,
+        ranks=dp,
     )
     d.token_usage_low_watermark = None
     d._start(
