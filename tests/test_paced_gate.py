@@ -37,11 +37,12 @@ from densegate.proofs.refinement.obligations import REFINEMENT_OBLIGATIONS
 from densegate.proofs.registry import level
 from densegate.spec.dp_gate import DP
 from densegate.spec.machine import Machine, evaluate
-from tests.support.dp_lockstep import AlignedLockstep, PacedLockstep
+from tests.support.dp_lockstep import AlignedLockstep, BusyLockstep, PacedLockstep
 from tests.support.prove_run import prove_run
 
 MIN_PACED_TICKS = 1_500
 MIN_SURGED_TICKS = 100
+MIN_BUSY_TICKS = 100
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +59,37 @@ def test_paced_gate_agrees_with_spec_every_tick() -> None:
           "of them surged")  # fmt: skip
     assert lock.paced_ticks >= MIN_PACED_TICKS, lock.paced_ticks
     assert lock.surged_ticks >= MIN_SURGED_TICKS, lock.surged_ticks
+
+
+def test_busy_waiting_gate_agrees_with_spec_every_tick() -> None:
+    """The same, the busy wait on in every run: its held ticks, and the BUDGET or STALL
+    ending them, equal the spec's."""
+    AlignedLockstep.ticks = AlignedLockstep.paced_ticks = AlignedLockstep.busy_ticks = 0
+    run_state_machine_as_test(BusyLockstep, settings=settings(stateful_step_count=30))
+    lock = AlignedLockstep
+    print(f"{lock.ticks} busy-wait lockstep ticks, {lock.paced_ticks} PACED, {lock.busy_ticks} "
+          "in the busy wait")  # fmt: skip
+    assert lock.busy_ticks >= MIN_BUSY_TICKS, lock.busy_ticks
+    assert lock.paced_ticks >= MIN_BUSY_TICKS, lock.paced_ticks
+
+
+def _reduced(n: int, waiting: int, decodes: int, no_decode: int = 0, vacant: int = 0) -> Any:
+    return ReducedObservation(n, waiting, waiting, decodes, no_decode_ranks=no_decode,
+                              vacant_ranks=vacant)  # fmt: skip
+
+
+def test_the_busy_wait_holds_only_an_unaligned_busy_tick_and_at_most_k_minus_1() -> None:
+    """With 3 ranks, 2 waiting and 10 decodes at busy_decodes 10, K = 4: HOLD three ticks,
+    then BUDGET; the same tick aligned (the third rank vacant), with 9 decodes, with a
+    waiting rank that has no decode, or with the wait off, fires PACED at once."""
+    busy = AlignedGateConfig(64, max_hold_passes=4, pace_tokens=8, busy_decodes=10)
+    gate = AlignedGate(busy, 3)
+    got = [gate.decide(_reduced(3, 2, 10), t).reason for t in range(5)]
+    assert got == [Reason.HOLD] * 3 + [Reason.BUDGET, Reason.HOLD]
+    for case in (_reduced(3, 2, 10, vacant=1), _reduced(3, 2, 9), _reduced(3, 2, 10, 1)):
+        assert AlignedGate(busy, 3).decide(case, 0) == Decision(True, Reason.PACED, 8)
+    off = AlignedGate(dataclasses.replace(busy, busy_decodes=None), 3)
+    assert off.decide(_reduced(3, 2, 10), 0) == Decision(True, Reason.PACED, 8)
 
 
 # -- the rules, on examples ----------------------------------------------------------------

@@ -97,8 +97,10 @@ def test_aligned_gate_config_has_the_declared_fields_and_defaults() -> None:
         assert f.default == want, s.name
 
 
-OWN_DEFAULTS = {(SGLANG, "pace_tokens"): sglang_config.ROOM}
-"""A carrier's own default, where it differs: SGLang paces at one pass's room."""
+OWN_DEFAULTS = {(SGLANG, "pace_tokens"): sglang_config.ROOM,
+                (SGLANG, "busy_decodes"): sglang_config.BUSY}  # fmt: skip
+"""A carrier's own default, where it differs: SGLang paces at one pass's room, and waits
+while busy at three quarters of the group's running slots."""
 
 
 @pytest.mark.parametrize(("cls", "carrier"), [(DPConfig, DP), (PluginSettings, SGLANG)])
@@ -262,6 +264,28 @@ def test_sglang_takes_a_cap_only_at_or_above_one_passes_room() -> None:
     with pytest.raises(ValueError, match=rf"{ENV_VAR}\['pace_tokens'\] must be null .* room "
                        r"2048 .* would not be applied, got 2047$"):  # fmt: skip
         cfg({"pace_tokens": 2047})
+
+
+def test_sglang_sizes_the_busy_wait_from_its_running_slots() -> None:
+    """Absent, ``busy_decodes`` is ceil(3/4 * ranks * --max-running-requests); with that flag
+    left to SGLang (None or 0) the default cannot be sized and the wait is off; null is off,
+    an int is kept; a bad flag or group size is named."""
+
+    def cfg(raw: dict[str, object], **kw: object) -> AlignedGateConfig:
+        return gate_config(settings_from_env({ENV_VAR: json.dumps(raw)}), **ROOM, **kw)  # type: ignore[arg-type]
+
+    assert cfg({}, max_running_requests=128, ranks=2).busy_decodes == 192
+    assert cfg({}, max_running_requests=5, ranks=3).busy_decodes == 12  # ceil(11.25)
+    assert cfg({}).busy_decodes is None
+    assert cfg({}, max_running_requests=0, ranks=4).busy_decodes is None
+    assert cfg({"busy_decodes": None}, max_running_requests=128, ranks=2).busy_decodes is None
+    assert cfg({"busy_decodes": 7}, max_running_requests=128).busy_decodes == 7
+    with pytest.raises(ValueError, match=r"^--max-running-requests must be an int >= 1, got -1$"):
+        cfg({}, max_running_requests=-1)
+    with pytest.raises(ValueError, match=r"ranks must be an int >= 1, got 0$"):
+        cfg({}, max_running_requests=8, ranks=0)
+    with pytest.raises(ValueError, match=rf"{ENV_VAR}\['busy_decodes'\] must be an int >= 1"):
+        settings_from_env({ENV_VAR: '{"busy_decodes": 0}'})
 
 
 VLLM_DP_OK = tuple(s for s in carried(VLLM_DP) if not s.caps)

@@ -36,8 +36,8 @@ pace_tokens = st.integers(1, 64)
 cmax = the cap itself, which the gate never reads."""
 surge_extra = st.one_of(st.none(), st.just(0), st.integers(1, 64))
 """The surge cap as pace_tokens plus this (None: off, the spec's Cs = Cp)."""
-busy_decodes = st.one_of(st.none(), st.integers(1, 12))
-"""The paced mode's busy wait (None: off), small enough that drawn decodes reach it."""
+busy_decodes = st.integers(1, 24)
+"""The paced mode's busy wait, small enough that drawn decodes reach it (``BusyLockstep``)."""
 run_lengths = st.integers(1, 30)
 advances = st.sampled_from([1, 1, 1, 1, 0, 3])
 
@@ -50,10 +50,14 @@ class AlignedLockstep(RuleBasedStateMachine):
     spec: ClassVar[Machine] = DP
     ticks: ClassVar[int] = 0
     paces: ClassVar[st.SearchStrategy[int | None]] = st.one_of(st.none(), st.none(), pace_tokens)
+    busies: ClassVar[st.SearchStrategy[int | None]] = st.none()
+    """The busy wait's ``busy_decodes`` with the paced mode on (off here: ``BusyLockstep``)."""
     """The paced mode's cap (None: off), drawn once per run."""
     paced_ticks: ClassVar[int] = 0
     surged_ticks: ClassVar[int] = 0
     """PACED ticks that carried a surge cap other than pace_tokens (a rank was filled)."""
+    busy_ticks: ClassVar[int] = 0
+    """Paced-mode ticks the busy wait held (or ended by BUDGET or STALL)."""
 
     @initialize(
         B=dense_tokens,
@@ -82,7 +86,7 @@ class AlignedLockstep(RuleBasedStateMachine):
         pace = data.draw(self.paces, label="pace_tokens")
         extra = None if pace is None else data.draw(surge_extra, label="surge above pace")
         surge = None if pace is None or extra is None else pace + extra
-        busy = None if pace is None else data.draw(busy_decodes, label="busy_decodes")
+        busy = None if pace is None else data.draw(self.busies, label="busy_decodes")
         self.config = m.AlignedGateConfig(B, K, enabled, fill, S, kv, A, pace, surge, busy)
         self.gate = m.AlignedGate(self.config, N)
         self.replicas = [m.AlignedGate(self.config, N) for _ in range(N)]
@@ -110,6 +114,8 @@ class AlignedLockstep(RuleBasedStateMachine):
         AlignedLockstep.ticks += 1
         AlignedLockstep.paced_ticks += dec.cap is not None
         AlignedLockstep.surged_ticks += dec.cap is not None and dec.cap != self.params["Cp"]
+        AlignedLockstep.busy_ticks += self.params["pc"] and dec.reason.name in (
+            "HOLD", "BUDGET", "STALL")  # fmt: skip
         got = (dec.fire, dec.reason.name, dec.cap or 0, tuple(self.gate.state))
         want = (out["fire"], out["reason"], out["cap"], (nxt["h"], nxt["q"], nxt["g"]))
         assert got == want, f"tick {self.tick} {obs} state {self.state}: impl {got} != spec {want}"
@@ -147,6 +153,10 @@ class AlignedLockstep(RuleBasedStateMachine):
         cold = st.tuples(st.integers(0, 2), st.integers(0, 8), few, st.booleans())
         hot = st.tuples(st.integers(B, 2 * B), st.integers(0, 8), few, st.booleans())
         self.skewed_ranks = st.tuples(hot, st.lists(cold, min_size=n - 1, max_size=n - 1))
+        # Full batches, one rank decoding with nothing waiting: the busy wait's ground.
+        thin = st.tuples(st.integers(1, max(1, B - 1)), st.integers(4, 12), few, st.booleans())
+        self.busy_ranks = st.tuples(st.integers(4, 12), st.lists(thin, min_size=n - 1,
+                                                                  max_size=n - 1))  # fmt: skip
 
     def _draw(self, data: st.DataObject, strategy: Any) -> list[Any]:
         rows = data.draw(strategy, label="ranks")
@@ -230,3 +240,19 @@ class PacedLockstep(AlignedLockstep):
     """The same lockstep with the paced mode on in every run."""
 
     paces: ClassVar[st.SearchStrategy[int | None]] = pace_tokens
+
+
+class BusyLockstep(PacedLockstep):
+    """The paced lockstep with the busy wait on in every run, and a rule for its ground."""
+
+    busies: ClassVar[st.SearchStrategy[int | None]] = busy_decodes
+
+    @rule(data=st.data(), n=run_lengths)
+    def busy(self, data: st.DataObject, n: int) -> None:
+        """Batches full, one rank decoding with nothing waiting: the paced mode's busy wait
+        holds (at most K - 1 ticks) where the wait is on and the decodes reach it."""
+        decodes, waiting = data.draw(self.busy_ranks, label="ranks")
+        ranks = [self.impl.RankObservation(0, decodes), *(
+            self.impl.RankObservation(*row) for row in waiting)]  # fmt: skip
+        for i in range(n):
+            self._tick(ranks, who=i, clock=i)
