@@ -295,7 +295,7 @@ class AlignedGate:
         """The busy wait's test: it is on, some rank is neither waiting nor vacant (the
         release would be unaligned), the ranks decode at least ``busy_decodes`` requests
         and every waiting rank decodes."""
-        return 0 < self._busy <= decodes and ready < self._world and no_decode == 0
+        return self._busy > 0 and decodes >= self._busy and ready < self._world and no_decode == 0
 
     def _aligned(self, waiting_ranks: int) -> bool:
         """ALIGNED's test: the release is on, the episode has been held ``align_ticks``

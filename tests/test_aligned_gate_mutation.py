@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
 import densegate.impl.dp_gate as aligned_module
-from tests.support.dp_lockstep import AlignedLockstep, PacedLockstep
+from tests.support.dp_lockstep import AlignedLockstep, BusyLockstep, PacedLockstep
 from tests.support.mutation import (
     assert_lockstep_catches,
     assert_lockstep_passes,
@@ -43,7 +43,8 @@ class UnpacedLockstep(AlignedLockstep):
 # stall > 0, tick - grew_at >= stall, h + 1 >= budget, then the surge's filled > 0 and
 # reason is PACED. Its ``and``s, inner first: no_decode > 0 and not paced, kv valve and
 # pressured, waiting_ranks == world and fill >= fill_target, filled > 0 and not paced,
-# stall > 0 and tick - grew_at >= stall, filled > 0 and reason is PACED.
+# paced and not the busy wait, stall > 0 and tick - grew_at >= stall, filled > 0 and reason
+# is PACED.
 MUTANTS = [
     *[("negate", i) for i in range(11) if i != 5],
     ("shift", 0),  # fill >= last_fill: a flat fill counts as growth
@@ -59,7 +60,8 @@ MUTANTS = [
     ("keep_right", 1),  # KV valve flag ignored
     ("keep_left", 2),  # dense whenever every rank waits
     ("keep_right", 3),  # DENSE on every tick the paced mode is off
-    ("keep_right", 4),  # stall test without the "0 = off" guard
+    ("keep_right", 4),  # PACED whenever the busy wait does not hold: paced mode off too
+    ("keep_right", 5),  # stall test without the "0 = off" guard
     ("drop_not", 0),  # enabled test inverted
     ("drop_not", 1),  # a no-decode rank held unless paced
     ("drop_not", 2),  # a filled rank fires DENSE only in paced mode
@@ -87,8 +89,9 @@ PACED_MUTANTS = [
     ("keep_left", 3),  # a filled rank fires DENSE uncapped in paced mode
     ("negate", 11),  # the surge cap where no rank is filled (and pace_tokens where one is)
     ("shift", 8),  # filled >= 0: the surge cap on every PACED tick
-    ("keep_left", 5),  # the surge cap on any fire with a filled rank (DENSE included)
-    ("keep_right", 5),  # the surge cap on every PACED tick
+    ("keep_left", 6),  # the surge cap on any fire with a filled rank (DENSE included)
+    ("keep_right", 6),  # the surge cap on every PACED tick
+    ("drop_not", 3),  # PACED only in the busy wait
 ]
 
 
@@ -98,6 +101,25 @@ PACED_MUTANTS = [
 def test_paced_lockstep_catches_injected_bug(kind: str, index: int) -> None:
     mod = mutant_module(aligned_module, SCOPE, kind, index)
     assert_lockstep_catches(PacedLockstep, mod, _MUTANT_SETTINGS, raises=(AssertionError, Flaky))
+
+
+# Caught only with the busy wait on: _rules' "paced and not busy" with the wait dropped, and
+# _busy_wait's tests (busy > 0, decodes >= busy, ready < world, no_decode == 0; its ``and``).
+BUSY_MUTANTS = [
+    ("_rules", "keep_left", 4),  # the busy wait ignored: PACED on every paced tick
+    *[("_busy_wait", "negate", i) for i in range(4)],  # off, short, aligned, no-decode held
+    ("_busy_wait", "shift", 1),  # decodes > busy_decodes: one short of the wait
+    ("_busy_wait", "keep_left", 0),  # on whenever configured: nothing else tested
+    ("_busy_wait", "keep_right", 0),  # only no-decode tested: off ignored
+]
+
+
+@pytest.mark.parametrize(
+    ("scope", "kind", "index"), BUSY_MUTANTS, ids=[f"{s}-{k}{i}" for s, k, i in BUSY_MUTANTS]
+)
+def test_busy_lockstep_catches_injected_bug(scope: str, kind: str, index: int) -> None:
+    mod = mutant_module(aligned_module, scope, kind, index)
+    assert_lockstep_catches(BusyLockstep, mod, _MUTANT_SETTINGS, raises=(AssertionError, Flaky))
 
 
 # _aligned compares, in order: align >= 0, h >= align, waiting_ranks == world.

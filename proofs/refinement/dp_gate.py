@@ -354,8 +354,8 @@ R2_MUTANTS: tuple[CodeMutant, ...] = (
     _m(
         "busy_wait_strict",
         "the busy wait needs more than busy_decodes decodes, not at least",
-        "0 < self._busy <= decodes",
-        "0 < self._busy < decodes",
+        "decodes >= self._busy",
+        "decodes > self._busy",
         "_busy_wait",
     ),
     _m(

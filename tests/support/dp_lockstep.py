@@ -247,12 +247,14 @@ class BusyLockstep(PacedLockstep):
 
     busies: ClassVar[st.SearchStrategy[int | None]] = busy_decodes
 
-    @rule(data=st.data(), n=run_lengths)
-    def busy(self, data: st.DataObject, n: int) -> None:
-        """Batches full, one rank decoding with nothing waiting: the paced mode's busy wait
-        holds (at most K - 1 ticks) where the wait is on and the decodes reach it."""
-        decodes, waiting = data.draw(self.busy_ranks, label="ranks")
-        ranks = [self.impl.RankObservation(0, decodes), *(
-            self.impl.RankObservation(*row) for row in waiting)]  # fmt: skip
+    @rule(data=st.data(), n=run_lengths, delta=st.sampled_from([-1, 0, 0, 1, 8]))
+    def busy(self, data: st.DataObject, n: int, delta: int) -> None:
+        """Batches full, one rank decoding with nothing waiting, the decodes at
+        ``busy_decodes`` plus ``delta``: the paced mode's busy wait holds (at most K - 1
+        ticks) from ``delta`` 0 on, and not one decode short."""
+        _, waiting = data.draw(self.busy_ranks, label="ranks")
+        others = [self.impl.RankObservation(*row) for row in waiting]
+        need = int(self.config.busy_decodes or 1) - sum(r.decode_seqs for r in others) + delta
+        ranks = [self.impl.RankObservation(0, max(1, need)), *others]
         for i in range(n):
             self._tick(ranks, who=i, clock=i)
