@@ -16,13 +16,15 @@ from densegate.impl.gate import Decision, Reason
 
 
 class RuleAlignedGate:
-    """EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, PACED, ALIGNED, STALL, BUDGET, HOLD."""
+    """EMPTY, DISABLED, NO_DECODE, KV_PRESSURE, DENSE, PACED, ALIGNED, STALL, BUDGET, HOLD;
+    a paced tick in the busy wait goes on to ALIGNED."""
 
     def __init__(self, config: AlignedGateConfig, world_size: int) -> None:
         self.B, self.K, self.T = config.dense_tokens, config.max_hold_passes, config.fill_tokens
         self.N, self.enabled, self.S = world_size, config.enabled, config.stall_ticks
         self.kv, self.A = config.kv_pressure_valve, config.align_ticks
         self.pace, self.surge = config.pace_tokens, config.surge_tokens
+        self.busy = config.busy_decodes
         self.h, self.last_fill, self.grew_at = 0, 0, 0
 
     @property
@@ -43,9 +45,16 @@ class RuleAlignedGate:
             return self.fire(Reason.KV_PRESSURE)
         if self.dense(r):
             return self.fire(Reason.DENSE, self.dense_cap())
-        if self.pace is not None:
+        if self.pace is not None and not self.busy_wait(r):
             return self.paced(r, tick)
         return self.unpaced(r, tick)
+
+    def busy_wait(self, r: ReducedObservation) -> bool:
+        """Batches at ``busy_decodes`` or over, some rank decoding with nothing waiting, and
+        every waiting rank decoding."""
+        unaligned = r.waiting_ranks + r.vacant_ranks < self.N
+        return (self.busy is not None and unaligned and r.decode_seqs >= self.busy
+                and r.no_decode_ranks == 0)  # fmt: skip
 
     def fire(self, reason: Reason, cap: int | None = None) -> Decision:
         self.h = 0
