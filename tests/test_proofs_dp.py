@@ -114,6 +114,7 @@ def _aligned(params: dict[str, Any]) -> AlignedGate:
         align_ticks=params["A"] if params["al"] else None,
         pace_tokens=params["Cp"] if params["pc"] else None,
         surge_tokens=params["Cs"] if params["pc"] else None,
+        busy_decodes=params["Db"] if params.get("bz") else None,
     )
     assert cfg.fill_tokens == params["T"]
     return AlignedGate(cfg, params["N"])
