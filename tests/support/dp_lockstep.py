@@ -254,7 +254,8 @@ class BusyLockstep(PacedLockstep):
         ticks) from ``delta`` 0 on, and not one decode short."""
         _, waiting = data.draw(self.busy_ranks, label="ranks")
         others = [self.impl.RankObservation(*row) for row in waiting]
-        need = int(self.config.busy_decodes or 1) - sum(r.decode_seqs for r in others) + delta
-        ranks = [self.impl.RankObservation(0, max(1, need)), *others]
-        for i in range(n):
-            self._tick(ranks, who=i, clock=i)
+        need = int(self.config.busy_decodes or 1) - sum(r.decode_seqs for r in others)
+        for d in (delta, 0):  # the drawn offset, then the decodes at busy_decodes exactly
+            ranks = [self.impl.RankObservation(0, max(1, need + d)), *others]
+            for i in range(n):
+                self._tick(ranks, who=i, clock=i)
