@@ -64,7 +64,15 @@ from densegate.integrations.sglang.config import (  # noqa: E402
     settings_from_env,
 )
 from densegate.lab.bench.hard_loads import LOADS, hard_load  # noqa: E402
-from densegate.lab.bench.side_goal import Verdict, dominators, finish, goal, summary  # noqa: E402
+from densegate.lab.bench.side_goal import (  # noqa: E402
+    Verdict,
+    add_output_args,
+    check_output_args,
+    dominators,
+    finish,
+    goal,
+    summary,
+)
 from densegate.lab.bench.step_price import (  # noqa: E402
     DEFAULT_PROFILE,
     StepClock,
@@ -262,12 +270,7 @@ SCRIPT = "benchmarks/sglang_side_by_side.py"
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
-    ap.add_argument("--goal", action="store_true", help="also exit 1 when a goal bar is missed")
-    ap.add_argument("--doc", type=Path, default=None, metavar="MD",
-                    help="exit 1 if MD's engine block for these arguments differs from the "
-                         "summary table (its diff on stderr)")  # fmt: skip
-    ap.add_argument("--write-doc", action="store_true", help="with --doc: rewrite the block")
+    add_output_args(ap, json_help="print the figures as JSON")
     ap.add_argument("--requests", type=int, default=BENCH_REQUESTS,
                     help="requests per bench workload")  # fmt: skip
     ap.add_argument("--requests-per-rank", type=int, default=HARD_REQUESTS_PER_RANK,
@@ -280,10 +283,7 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"the densegate arm's {ENV_VAR} (default: unset, the plugin's "
                          "defaults), e.g. '{\"pace_tokens\": null}' for the hold mode")  # fmt: skip
     args = ap.parse_args(argv)
-    if args.write_doc and args.doc is None:
-        ap.error("--write-doc needs --doc MD")
-    if args.doc is not None and not args.doc.is_file():
-        ap.error(f"--doc: no file {str(args.doc)!r}")
+    check_output_args(ap, args)
     settings = None
     if args.settings is not None:
         try:

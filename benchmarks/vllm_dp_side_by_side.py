@@ -60,6 +60,8 @@ from densegate.impl.traces.workload import synthetic_trace  # noqa: E402
 from densegate.lab.bench.hard_loads import LOADS, HardLoad, hard_load  # noqa: E402
 from densegate.lab.bench.side_goal import (  # noqa: E402
     Verdict,
+    add_output_args,
+    check_output_args,
     dominators,
     finish,
     front_line,
@@ -244,12 +246,7 @@ SCRIPT = "benchmarks/vllm_dp_side_by_side.py"
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1] if __doc__ else None)
-    ap.add_argument("--json", action="store_true", help="print {'arms', 'goal', ...} only")
-    ap.add_argument("--goal", action="store_true", help="also exit 1 when a goal bar is missed")
-    ap.add_argument("--doc", type=Path, default=None, metavar="MD",
-                    help="exit 1 if MD's engine block for these arguments differs from the "
-                         "summary table (its diff on stderr)")  # fmt: skip
-    ap.add_argument("--write-doc", action="store_true", help="with --doc: rewrite the block")
+    add_output_args(ap, json_help="print {'arms', 'goal', ...} only")
     ap.add_argument("--requests-per-rank", type=int, default=None,
                     help=f"per rank (default: {REQUESTS_PER_RANK} today, "
                          f"{HARD_REQUESTS_PER_RANK} on the hard loads)")  # fmt: skip
@@ -263,10 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated subset")
     ap.add_argument("--dps", default=",".join(map(str, DPS)), help="comma-separated dp sizes")
     args = ap.parse_args(argv)
-    if args.write_doc and args.doc is None:
-        ap.error("--write-doc needs --doc MD")
-    if args.doc is not None and not args.doc.is_file():
-        ap.error(f"--doc: no file {str(args.doc)!r}")
+    check_output_args(ap, args)
     for flag, value in (("--requests-per-rank", args.requests_per_rank),
                         ("--max-hold-passes", args.max_hold_passes)):  # fmt: skip
         if value is not None and value < 1:

@@ -37,14 +37,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import z3
 
 from densegate.impl.dp_gate import AlignedGateConfig, ReducedObservation
 from densegate.impl.gate import Reason
-from densegate.proofs.refinement.conform import ProvedProperty, verdict_lines
+from densegate.proofs.refinement.conform import ProofReport, ProvedProperty
 from densegate.proofs.refinement.symbolic import (
     Classes,
     NoTracing,
@@ -222,41 +221,26 @@ def _flags(factory: AlignedFactory, run: Mapping[str, Any], ticks: int) -> dict[
     return {pid: f"tick {at + 1}: {msg}" for pid, (at, msg) in first.items() if pid in _PROPS}
 
 
-@dataclass(frozen=True)
-class AlignedProofReport:
-    target: str
-    ticks: int
-    results: tuple[ProvedProperty, ...]
-    seconds: float
+class AlignedProofReport(ProofReport):
+    """``conform --prove --aligned``'s verdict: the single-rank report's, over runs of ticks."""
+
+    unit: ClassVar[str] = "ticks"
 
     @property
-    def proved(self) -> bool:
-        return all(r.status == "proved" for r in self.results)
+    def ticks(self) -> int:
+        return self.passes
 
-    def __getitem__(self, pid: str) -> ProvedProperty:
-        return next(r for r in self.results if r.prop.id == pid)
-
-    def format(self) -> str:
-        lines = [
+    def header(self) -> str:
+        return (
             f"densegate conform --prove --aligned {self.target}: every path of every run of "
             f"{self.ticks} ticks from a fresh gate, all configs (B, K, N >= 1, T in [1, B]; "
             "gate, KV valve, STALL valve, aligned release, paced mode, surge cap and busy wait "
             "each on and off) and "
             f"reduced vectors (unbounded ints), {self.seconds:.1f} s"
-        ]
-        lines += verdict_lines(self.results, _run_text)
-        verdict = "proved" if self.proved else "NOT proved"
-        lines.append(f"{self.target}: {verdict} (runs of up to {self.ticks} ticks)")
-        return "\n".join(lines)
+        )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "proved": self.proved,
-            "ticks": self.ticks,
-            "seconds": round(self.seconds, 3),
-            "properties": [r.as_dict() for r in self.results],
-        }
+    def run_text(self, run: Mapping[str, Any]) -> str:
+        return _run_text(run)
 
 
 def _run_text(run: Mapping[str, Any]) -> str:

@@ -16,9 +16,11 @@ every priced figure and better on one (none: densegate is on the arms' Pareto fr
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
@@ -220,3 +222,21 @@ def finish(failed: Sequence[str], ver: Sequence[Verdict], *, goal_bars: bool) ->
     for line in [*failed, *missed]:
         print(f"FAIL: {line}", file=sys.stderr)
     return 1 if failed or missed else 0
+
+
+def add_output_args(ap: argparse.ArgumentParser, *, json_help: str) -> None:
+    """The flags every side by side has: ``--json``, ``--goal``, ``--doc MD``, ``--write-doc``."""
+    ap.add_argument("--json", action="store_true", help=json_help)
+    ap.add_argument("--goal", action="store_true", help="also exit 1 when a goal bar is missed")
+    ap.add_argument("--doc", type=Path, default=None, metavar="MD",
+                    help="exit 1 if MD's engine block for these arguments differs from the "
+                         "summary table (its diff on stderr)")  # fmt: skip
+    ap.add_argument("--write-doc", action="store_true", help="with --doc: rewrite the block")
+
+
+def check_output_args(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Before any run: ``--write-doc`` needs ``--doc``, which must name a file (exit 2)."""
+    if args.write_doc and args.doc is None:
+        ap.error("--write-doc needs --doc MD")
+    if args.doc is not None and not args.doc.is_file():
+        ap.error(f"--doc: no file {str(args.doc)!r}")

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import z3
 
@@ -92,7 +92,7 @@ class ProvedProperty:
 
 
 def verdict_lines(
-    results: Sequence[ProvedProperty], run_text: Callable[[dict[str, Any]], str]
+    results: Sequence[ProvedProperty], run_text: Callable[[Mapping[str, Any]], str]
 ) -> list[str]:
     """A report's body: each property's status, then each refuted one's run (in
     ``run_text``'s words) and each out-of-reach or vacuous one's reason."""
@@ -109,10 +109,14 @@ def verdict_lines(
 
 @dataclass(frozen=True)
 class ProofReport:
+    """A ``conform --prove`` verdict for a single-rank gate, over runs of ``passes`` passes;
+    the aligned kit's report is this with its own unit, header and run text."""
+
     target: str
     passes: int
     results: tuple[ProvedProperty, ...]
     seconds: float
+    unit: ClassVar[str] = "passes"
 
     @property
     def proved(self) -> bool:
@@ -124,28 +128,35 @@ class ProofReport:
                 return r
         raise KeyError(pid)
 
-    def format(self) -> str:
-        lines = [
+    def header(self) -> str:
+        """What was explored, the report's first line."""
+        return (
             f"densegate conform --prove {self.target}: every path of every run of "
             f"{self.passes} passes from a fresh gate, all configs (B, K >= 1, gate on and "
             f"off, STALL valve off) and observations (unbounded ints), {self.seconds:.1f} s"
-        ]
-        lines += verdict_lines(self.results, _run_text)
+        )
+
+    def run_text(self, run: Mapping[str, Any]) -> str:
+        """A refuted run, on one line."""
+        return _run_text(run)
+
+    def format(self) -> str:
+        lines = [self.header(), *verdict_lines(self.results, self.run_text)]
         verdict = "proved" if self.proved else "NOT proved"
-        lines.append(f"{self.target}: {verdict} (runs of up to {self.passes} passes)")
+        lines.append(f"{self.target}: {verdict} (runs of up to {self.passes} {self.unit})")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "target": self.target,
             "proved": self.proved,
-            "passes": self.passes,
+            self.unit: self.passes,
             "seconds": round(self.seconds, 3),
             "properties": [r.as_dict() for r in self.results],
         }
 
 
-def _run_text(run: dict[str, Any]) -> str:
+def _run_text(run: Mapping[str, Any]) -> str:
     head = f"B={run['B']} K={run['K']} enabled={run['enabled']}"
     cols = ("w", "d", "running", "queued")
     passes = "  ".join(

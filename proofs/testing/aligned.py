@@ -12,7 +12,6 @@ D10 for runs of a given length.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -23,7 +22,13 @@ from densegate.testing.aligned_driver import ALIGNED_PROPERTIES, AlignedDriver, 
 from densegate.testing.aligned_report import AlignedReport, AlignedResult, AlignedViolation
 from densegate.testing.aligned_strategies import aligned_runs, aligned_strata
 from densegate.testing.conformance import DEFAULT_MAX_EXAMPLES
-from densegate.testing.search import shrunk_violations, target_name
+from densegate.testing.search import (
+    check_fresh,
+    draw_seed,
+    first_breaks,
+    shrunk_violations,
+    target_name,
+)
 
 __all__ = ["assert_aligned_conforms", "check_aligned_gate"]
 
@@ -46,19 +51,9 @@ def check_aligned_gate(
     ``seed``, reported so a run can be replayed with ``seed=``. ``configs`` and ``worlds``
     narrow what is drawn.
     """
-    if max_examples < 1:
-        raise ValueError(f"max_examples must be >= 1, got {max_examples}")
     probe = AlignedGateConfig(4, 2)
-    try:
-        built: tuple[object, object] | None = (factory(probe, 2), factory(probe, 2))
-    except Exception:
-        built = None  # the runs report it, tick by tick
-    if built is not None and built[0] is None:
-        raise TypeError("factory returned None: it must return a fresh gate")
-    if built is not None and built[0] is built[1]:
-        raise TypeError("factory returned the same object twice: it must build a fresh gate")
-    if seed is None and not derandomize:
-        seed = random.getrandbits(64)
+    check_fresh(lambda: factory(probe, 2), max_examples)
+    seed = draw_seed(seed, derandomize=derandomize)
     driver = AlignedDriver(factory)
     t0 = time.perf_counter()
     ids = [p.id for p in ALIGNED_PROPERTIES]
@@ -69,13 +64,11 @@ def check_aligned_gate(
     found = shrunk_violations(strata, driver, ids, seed=seed)
     results = []
     for prop in ALIGNED_PROPERTIES:
-        run = found.get(prop.id)
-        if run is None:
+        broke = first_breaks(driver, found, prop.id)
+        if broke is None:
             results.append(AlignedResult(prop, None))
             continue
-        outcome = driver.outcome(run)
-        at, message = outcome.first[prop.id]
-        records = tuple(outcome.records[: at + 1])
+        run, records, message = broke
         violation = AlignedViolation(run.config, run.world_size, records, message)
         results.append(AlignedResult(prop, violation))
     return AlignedReport(

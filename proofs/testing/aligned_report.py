@@ -13,7 +13,7 @@ from densegate.impl.dp_gate import AlignedGateConfig
 from densegate.spec.dp_gate import SHARED
 from densegate.spec.properties import Property
 from densegate.testing.aligned_driver import TickRecord, spec_params
-from densegate.testing.report import Verdict, Verdicts
+from densegate.testing.report import Verdict, Verdicts, violation_lines
 
 __all__ = ["AlignedReport", "AlignedResult", "AlignedViolation", "format_aligned_violation"]
 
@@ -97,15 +97,7 @@ def format_aligned_violation(prop: Property, v: AlignedViolation) -> list[str]:
         if prop.id == "agreement":
             row.append(_spec_text(r.spec))
         rows.append(row)
-    widths = [max(len(row[c]) for row in rows) for c in range(len(head))]
-    text = ["  ".join(cell.rjust(wd) for cell, wd in zip(row, widths, strict=True)) for row in rows]
-    text[-1] += f"   <- {v.message}"
-    lines = [f"{prop.id} VIOLATED: {prop.statement}", f"  params: {params}"]
-    if not v.records:
-        lines.append(f"  {v.message}")
-    else:
-        lines += [f"  {t}" for t in text]
-    return lines
+    return violation_lines(prop, params, rows, v.message)
 
 
 def _int_or_repr(x: object) -> object:

@@ -19,7 +19,6 @@ trusts the raw lists is caught.
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Any
 
@@ -34,7 +33,13 @@ from densegate.testing.report import (
     PropertyResult,
     Violation,
 )
-from densegate.testing.search import shrunk_violations, target_name
+from densegate.testing.search import (
+    check_fresh,
+    draw_seed,
+    first_breaks,
+    shrunk_violations,
+    target_name,
+)
 from densegate.testing.strategies import gate_runs
 
 __all__ = ["DEFAULT_MAX_EXAMPLES", "assert_conforms", "check_gate"]
@@ -62,31 +67,19 @@ def check_gate(
     One survey of ``max_examples`` runs finds which properties break; then a
     search per broken property, replaying the same runs, shrinks its own run.
     """
-    if max_examples < 1:
-        raise ValueError(f"max_examples must be >= 1, got {max_examples}")
     probe = GateConfig(4, 2)
-    try:
-        built: tuple[object, object] | None = (factory(probe), factory(probe))
-    except Exception:
-        built = None  # the runs report it, pass by pass
-    if built is not None and built[0] is None:
-        raise TypeError("factory returned None: it must return a fresh gate")
-    if built is not None and built[0] is built[1]:
-        raise TypeError("factory returned the same object twice: it must build a fresh gate")
-    if seed is None and not derandomize:
-        seed = random.getrandbits(64)
+    check_fresh(lambda: factory(probe), max_examples)
+    seed = draw_seed(seed, derandomize=derandomize)
     driver = Driver(factory)
     t0 = time.perf_counter()
     found = shrunk_violations([(gate_runs(configs), max_examples)], driver, GATE_IDS, seed=seed)
     results = []
     for prop in PROPERTIES:
-        run = found.get(prop.id)
-        if run is None:
+        broke = first_breaks(driver, found, prop.id)
+        if broke is None:
             results.append(PropertyResult(prop, None))
             continue
-        outcome = driver.outcome(run)
-        at, message = outcome.first[prop.id]
-        records = tuple(outcome.records[: at + 1])
+        run, records, message = broke
         results.append(PropertyResult(prop, Violation(run.config, records, message, driver.raw)))
     return ConformanceReport(
         target=name or target_name(factory),

@@ -23,6 +23,7 @@ __all__ = [
     "Verdicts",
     "Violation",
     "format_violation",
+    "violation_lines",
 ]
 
 PROPERTIES: tuple[Property, ...] = tuple(by_id(pid) for pid in GATE_IDS)
@@ -216,15 +217,20 @@ def format_violation(prop: Property, v: Violation) -> list[str]:
         if prop.id == "agreement":
             row.append(_spec_text(r.spec))
         rows.append(row)
-    widths = [max(len(row[c]) for row in rows) for c in range(len(head))]
-    text = ["  ".join(cell.rjust(wd) for cell, wd in zip(row, widths, strict=True)) for row in rows]
-    text[-1] += f"   <- {v.message}"
+    return violation_lines(prop, params, rows, v.message)
+
+
+def violation_lines(prop: Property, params: str, rows: list[list[str]], message: str) -> list[str]:
+    """A violation as both kits print it: the property, its params, then the run as a table
+    (``rows[0]`` the head, one row a step) whose last row, the breaking one, carries
+    ``message``; with no step (the gate could not be built) the message alone."""
     lines = [f"{prop.id} VIOLATED: {prop.statement}", f"  params: {params}"]
-    if not v.records:
-        lines.append(f"  {v.message}")
-    else:
-        lines += [f"  {t}" for t in text]
-    return lines
+    if len(rows) < 2:
+        return [*lines, f"  {message}"]
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    text = ["  ".join(cell.rjust(wd) for cell, wd in zip(row, widths, strict=True)) for row in rows]
+    text[-1] += f"   <- {message}"
+    return lines + [f"  {t}" for t in text]
 
 
 def _violation_json(v: Violation) -> dict[str, Any]:

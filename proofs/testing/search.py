@@ -19,7 +19,16 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
-__all__ = ["CachedDriver", "Outcome", "search_settings", "shrunk_violations", "target_name"]
+__all__ = [
+    "CachedDriver",
+    "Outcome",
+    "check_fresh",
+    "draw_seed",
+    "first_breaks",
+    "search_settings",
+    "shrunk_violations",
+    "target_name",
+]
 
 Rec = TypeVar("Rec")
 R = TypeVar("R", bound=Hashable)
@@ -83,6 +92,39 @@ def target_name(factory: object) -> str:
     module = getattr(factory, "__module__", None)
     name = getattr(factory, "__qualname__", None) or type(factory).__name__
     return f"{module}:{name}" if module else str(name)
+
+
+def check_fresh(build: Callable[[], object], max_examples: int) -> None:
+    """Refuse, before any search, a survey of no runs and a factory that returns None or the
+    same object twice (a kit judges fresh gates). A factory that raises is left to the runs,
+    which report it pass by pass."""
+    if max_examples < 1:
+        raise ValueError(f"max_examples must be >= 1, got {max_examples}")
+    try:
+        built = (build(), build())
+    except Exception:
+        return
+    if built[0] is None:
+        raise TypeError("factory returned None: it must return a fresh gate")
+    if built[0] is built[1]:
+        raise TypeError("factory returned the same object twice: it must build a fresh gate")
+
+
+def draw_seed(seed: int | None, *, derandomize: bool) -> int | None:
+    """The seed a report names: the caller's, a fresh one when not derandomized, else None."""
+    return random.getrandbits(64) if seed is None and not derandomize else seed
+
+
+def first_breaks(
+    driver: CachedDriver[R, Rec], found: dict[str, R], pid: str
+) -> tuple[R, tuple[Rec, ...], str] | None:
+    """``pid``'s shrunk run, its records up to the pass that breaks it and the message; None
+    when no run broke it."""
+    run = found.get(pid)
+    if run is None:
+        return None
+    at, message = driver.outcome(run).first[pid]
+    return run, tuple(driver.outcome(run).records[: at + 1]), message
 
 
 def search_settings(max_examples: int, *, derandomize: bool) -> settings:
