@@ -39,6 +39,7 @@ from densegate.integrations.sglang import config as sglang_config
 from densegate.integrations.sglang.config import (
     ENV_VAR,
     PluginSettings,
+    busy_of_slots,
     gate_config,
     settings_from_env,
 )
@@ -268,8 +269,9 @@ def test_sglang_takes_a_cap_only_at_or_above_one_passes_room() -> None:
 
 def test_sglang_sizes_the_busy_wait_from_its_running_slots() -> None:
     """Absent, ``busy_decodes`` is ceil(3/4 * ranks * --max-running-requests); with that flag
-    left to SGLang (None or 0) the default cannot be sized and the wait is off; null is off,
-    an int is kept; a bad flag or group size is named."""
+    left to SGLang (None or 0) it is not sized here (the delayer sizes it at its first pass,
+    ``busy_of_slots`` of the ranks' run-time slots: tests/sglang/test_sglang_ranks.py); null
+    is off, an int is kept; a bad flag or group size is named."""
 
     def cfg(raw: dict[str, object], **kw: object) -> AlignedGateConfig:
         return gate_config(settings_from_env({ENV_VAR: json.dumps(raw)}), **ROOM, **kw)  # type: ignore[arg-type]
@@ -286,6 +288,7 @@ def test_sglang_sizes_the_busy_wait_from_its_running_slots() -> None:
         cfg({}, max_running_requests=8, ranks=0)
     with pytest.raises(ValueError, match=rf"{ENV_VAR}\['busy_decodes'\] must be an int >= 1"):
         settings_from_env({ENV_VAR: '{"busy_decodes": 0}'})
+    assert [busy_of_slots(n) for n in (0, 1, 4, 15, 256)] == [None, 1, 3, 12, 192]
 
 
 VLLM_DP_OK = tuple(s for s in carried(VLLM_DP) if not s.caps)

@@ -27,9 +27,9 @@ room is the default: ``benchmarks/sglang_side_by_side.py`` (docs/SGLANG.md).
 (``ceil(3/4 * ranks * --max-running-requests)``, ``BUSY``): with no prefill riding along
 decodes, an extend on some ranks stalls every rank's decodes for its pass, so while the
 batches are that full the paced release waits (at most K - 1 passes) for the extends to
-align. Where ``--max-running-requests`` is left to SGLang (sized at run time), the
-default cannot be sized and the busy wait is off (the delayer's ``gate_config.busy_decodes``
-is None): give the flag, or ``busy_decodes`` as an int. ``null`` turns it off.
+align. Where ``--max-running-requests`` is left to SGLang (sized at run time), the delayer
+sizes it at its first pass from the ranks' run-time slots, summed through the pass's
+all-gather (so every rank gets the same value; ``busy_of_slots``). ``null`` turns it off.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ __all__ = [
     "Room",
     "UnsupportedSglangVersion",
     "busy_decodes",
+    "busy_of_slots",
     "check_sglang_version",
     "default_dense_tokens",
     "gate_config",
@@ -228,7 +229,8 @@ def busy_decodes(
     settings: PluginSettings, max_running_requests: int | None, ranks: int
 ) -> int | None:
     """``settings.busy_decodes``, ``BUSY`` sized: ``ceil(BUSY_SHARE * ranks *
-    max_running_requests)``, or None (off) where SGLang sizes ``--max-running-requests``."""
+    max_running_requests)``, or None where SGLang sizes ``--max-running-requests`` (the
+    delayer then sizes it at its first pass)."""
     if settings.busy_decodes is not BUSY:
         return settings.busy_decodes
     if not is_int(ranks) or ranks < 1:
@@ -239,7 +241,13 @@ def busy_decodes(
         raise ValueError(
             f"--max-running-requests must be an int >= 1, got {max_running_requests!r}"
         )
-    return math.ceil(BUSY_SHARE * ranks * max_running_requests)
+    return busy_of_slots(ranks * max_running_requests)
+
+
+def busy_of_slots(slots: int) -> int | None:
+    """``BUSY`` for a DP group of ``slots`` running slots in all: ``ceil(BUSY_SHARE *
+    slots)``; None (off) for no slot known."""
+    return math.ceil(BUSY_SHARE * slots) if slots > 0 else None
 
 
 _SGLANG_REASONS = {Reason.HOLD: "delay", Reason.BUDGET: "wait_timeout", Reason.EMPTY: ""}

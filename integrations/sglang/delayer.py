@@ -13,7 +13,9 @@ join, and answers its one call per pass with ``AlignedGate``:
 * the plugin's hook on ``get_new_batch_prefill`` records, before the pass
   builds its batch, what it could prefill and what decodes (``observe``);
 * the rank's gate vector (``densegate.impl.dp_gate``) plus one slot for SGLang's
-  own ``local_prefillable`` goes through SGLang's own ``all_gather_single``
+  own ``local_prefillable`` and one for its run-time request slots (which size the
+  busy wait's default at the first pass where ``--max-running-requests`` was left to
+  SGLang) goes through SGLang's own ``all_gather_single``
   over the group SGLang's delayer uses (the TP group's CPU group, or its device
   group when SGLang's NCCL all-gather flag is on), and the DP ranks' rows are
   summed: an all-reduce(SUM) by the collective SGLang already runs each pass;
@@ -34,7 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -46,6 +48,8 @@ from sglang.srt.runtime_context import get_parallel, get_schedule
 from densegate.impl.dp_gate import VECTOR_SIZE, AlignedGate, RankObservation, ReducedObservation
 from densegate.impl.gate import Reason
 from densegate.integrations.sglang.config import (
+    BUSY,
+    busy_of_slots,
     gate_config,
     settings_from_env,
     sglang_reason,
@@ -63,7 +67,10 @@ __all__ = [
 
 PREFILLABLE = VECTOR_SIZE
 """The slot after the gate's: 1 if SGLang's adder found an admissible candidate on this rank."""
-SLOTS = VECTOR_SIZE + 1
+RUNNING_SLOTS = VECTOR_SIZE + 1
+"""The rank's run-time request slots (``PassObservation.running_slots``): their sum sizes the
+busy wait's default at the first pass where ``--max-running-requests`` was left to SGLang."""
+SLOTS = VECTOR_SIZE + 2
 LOG_SIZE = 4096
 """Passes kept in ``log`` (oldest dropped first)."""
 
@@ -143,6 +150,9 @@ class DenseGatePrefillDelayer:
         self.attn_dp_enabled = attn_dp_enabled
         self.world_size = num_dp_ranks if attn_dp_enabled else 1
         self.gate = AlignedGate(self.gate_config, self.world_size)
+        self._busy_unsized = self.settings.busy_decodes is BUSY and (
+            self.gate_config.busy_decodes is None
+        )
         self._group = group
         self._device = device
         self._buffer = torch.zeros(
@@ -189,7 +199,11 @@ class DenseGatePrefillDelayer:
         self._pending = None
         pressured = float(token_usage) >= self.settings.kv_high_watermark
         local = RankObservation(obs.prefill_tokens, obs.decode_seqs, pressured, obs.partial_prefill)
-        total = self.reduce([*self.gate.contribution(local), int(bool(local_prefillable))])
+        total = self.reduce(
+            [*self.gate.contribution(local), int(bool(local_prefillable)), obs.running_slots]
+        )
+        if self._busy_unsized:
+            self._size_busy(total[RUNNING_SLOTS])
         reduced = ReducedObservation.from_sum(total[:VECTOR_SIZE], self.world_size)
         waited = self.gate.hold_passes
         decision = self.gate.decide(reduced, self.tick)
@@ -223,6 +237,15 @@ class DenseGatePrefillDelayer:
             wait_forward_passes=waited if decision.fire else 0,
             wait_seconds=wait_s,
         )
+
+    def _size_busy(self, slots: int) -> None:
+        """At the first pass, before any decision (the gate is in its initial state): the
+        busy wait's default from the group's run-time slots, the same sum on every rank."""
+        self._busy_unsized = False
+        busy = busy_of_slots(slots)
+        if busy is not None:
+            self.gate_config = replace(self.gate_config, busy_decodes=busy)
+            self.gate = AlignedGate(self.gate_config, self.world_size)
 
     def _gather_sum(self, vector: list[int]) -> list[int]:
         """SUM over the DP ranks, through SGLang's all-gather of every TP rank's vector."""

@@ -47,6 +47,9 @@ class PassObservation:
     partial_prefill: bool
     """A chunked prefill is mid-flight: its next chunk runs whatever the gate says
     (SGLang's ``add_chunked_req`` ignores the delayer's verdict)."""
+    running_slots: int = 0
+    """The rank's request slots, SGLang's run-time ``max_running_requests`` (0: unknown): the
+    busy wait's default is sized from the ranks' sum where the flag was left to SGLang."""
 
 
 def _clip() -> int:
@@ -69,8 +72,9 @@ def observe(sched: Any, running_batch: Any, limit: int) -> PassObservation:
     chunk = sched.chunked_prefill_size
     chunk = None if chunk is None or chunk <= 0 else int(chunk) - mixed
     chunked = sched.chunked_req
+    rows = int(sched.max_running_requests)  # run time: set by SGLang's model worker's info
     if (not sched.waiting_queue or running_batch.batch_is_full) and chunked is None:
-        return PassObservation(0, running_bs, False)  # SGLang returns before negotiating
+        return PassObservation(0, running_bs, False, rows)  # SGLang returns before negotiating
     clip = _clip()
     ratio = float(sched.new_token_ratio_tracker.current)
     mem = sched.token_to_kv_pool_allocator.create_prefill_budget(
@@ -90,7 +94,7 @@ def observe(sched: Any, running_batch: Any, limit: int) -> PassObservation:
         if chunk is not None:
             chunk -= n
     slots = min(
-        int(sched.max_running_requests) - running_bs,
+        rows - running_bs,
         int(sched.get_num_allocatable_reqs(running_bs, running_batch=running_batch)),
     )
     from sglang.srt.runtime_context import get_schedule
@@ -122,4 +126,4 @@ def observe(sched: Any, running_batch: Any, limit: int) -> PassObservation:
             chunk -= take
             if take < extend:
                 break  # one chunked request per pass
-    return PassObservation(tokens, running_bs, chunked is not None)
+    return PassObservation(tokens, running_bs, chunked is not None, rows)

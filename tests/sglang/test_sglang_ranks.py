@@ -7,7 +7,9 @@ room) and in the hold mode (``pace_tokens`` null), with and without its valves. 
 checks: every rank logged the same decisions from the same reduced vectors at the same
 ticks; every rank made exactly one collective per pass; the decisions agree with the
 proved DP machine at every pass; the default holds no pass while work waits; the hold
-mode's two-rank run passes the conformance kit's judge; a rank that never gets a
+mode's two-rank run passes the conformance kit's judge; the busy wait's default is sized
+from the group's running slots, with ``--max-running-requests`` given or left to SGLang
+(then at the first pass, from the ranks' run-time slots); a rank that never gets a
 request still joins every pass (through SGLang's ``finalize``). Every wait is bounded
 (gloo's collective timeout, ``GROUP_TIMEOUT_S`` on the group).
 """
@@ -53,6 +55,14 @@ def paced(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
 
 
 @pytest.fixture(scope="module")
+def unsized(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
+    """The defaults with ``--max-running-requests`` left to SGLang, as most launches do."""
+    plan = RankPlan(world=2, passes=PASSES, max_delay_passes=6, env={}, trace=_trace(2),
+                    flag_running=False)  # fmt: skip
+    return run_ranks(plan, tmp_path_factory.mktemp("model"), GROUP_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
 def two(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Any]:
     env = {"DENSEGATE_SGLANG": json.dumps(HOLD_MODE)}
     plan = RankPlan(world=2, passes=PASSES, max_delay_passes=6, env=env, trace=_trace(2))
@@ -79,7 +89,7 @@ def _shared(payload: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [rec[:5] for rec in payload["records"]]
 
 
-@pytest.mark.parametrize("group", ["paced", "two", "four"])
+@pytest.mark.parametrize("group", ["paced", "unsized", "two", "four"])
 def test_every_rank_logs_the_same_decisions(group: str, request: pytest.FixtureRequest) -> None:
     got = request.getfixturevalue(group)
     first = _shared(got[0])
@@ -90,10 +100,11 @@ def test_every_rank_logs_the_same_decisions(group: str, request: pytest.FixtureR
     # The decisions are not all alike: the run exercises holds (the hold mode) or PACED
     # fires, and several reasons.
     reasons = {rec[2] for rec in first}
-    assert ("PACED" if group == "paced" else "HOLD") in reasons and len(reasons) >= 3, reasons
+    fires = "PACED" if group in ("paced", "unsized") else "HOLD"
+    assert fires in reasons and len(reasons) >= 3, reasons
 
 
-@pytest.mark.parametrize("group", ["paced", "two", "four"])
+@pytest.mark.parametrize("group", ["paced", "unsized", "two", "four"])
 def test_decisions_agree_with_the_dp_spec(group: str, request: pytest.FixtureRequest) -> None:
     got = request.getfixturevalue(group)
     for payload in got.values():
@@ -120,6 +131,19 @@ def test_the_default_paces_at_the_room_and_never_holds_while_work_waits(
     tick, _, _, _, reduced, local = records[k]
     records[k] = (tick, False, "HOLD", 1, reduced, local)  # a hold while work waits
     assert dp_spec_mismatches(records, paced[0]["config"], paced[0]["world"])
+
+
+def test_the_busy_wait_is_sized_from_the_groups_slots(
+    paced: dict[int, Any], unsized: dict[int, Any]
+) -> None:
+    """With the flag, from it at construction; without it, at the first pass from the ranks'
+    run-time slots summed by the pass's all-gather: 3/4 of 2 x 128 on every rank (a rank's
+    own 128 alone would give 96)."""
+    for payload in paced.values():
+        assert payload["busy_at_start"] == payload["config"].busy_decodes == 192
+    for payload in unsized.values():
+        assert payload["busy_at_start"] is None
+        assert payload["config"].busy_decodes == 192
 
 
 def test_the_conformance_kit_judges_the_two_rank_run(two: dict[int, Any]) -> None:

@@ -76,6 +76,7 @@ def _scheduler() -> Any:
     s.is_mixed_chunk = False
     s.max_prefill_tokens = 4096
     s.chunked_prefill_size = 1024
+    s.max_running_requests = 16  # SGLang's run-time value (the flag is left unset)
     assert isinstance(s.prefill_bs_tracker, RecentPrefillBatchSizeTracker)
     return s
 
@@ -117,7 +118,8 @@ def main(model: str) -> dict[str, Any]:
     d = s.prefill_delayer
     report["passes"] = [[p.tick, p.fire, p.reason.name, list(p.reduced)] for p in log]
     report["batches"] = [p.batch_to_run is None for p in plans]
-    report["gate"] = [d.gate_config.dense_tokens, d.gate_config.max_hold_passes, d.world_size]
+    report["gate"] = [d.gate_config.dense_tokens, d.gate_config.max_hold_passes, d.world_size,
+                      d.gate_config.busy_decodes]  # fmt: skip
     return report
 
 

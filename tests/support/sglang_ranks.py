@@ -59,6 +59,9 @@ class RankPlan:
     limits: Limits = field(default_factory=Limits)
     idle_ranks: tuple[int, ...] = ()
     """Ranks that never get a request: they only ever join through ``finalize``."""
+    flag_running: bool = True
+    """Give ``--max-running-requests`` (``limits.max_running_requests``); False leaves it to
+    SGLang, as most launches do (each rank's load still has that many slots)."""
 
 
 def model_dir(root: Path) -> Path:
@@ -97,7 +100,7 @@ def _setup(rank: int, plan: RankPlan, port: int, model: str) -> Any:
         prefill_delayer_max_delay_passes=plan.max_delay_passes,
         max_prefill_tokens=lim.max_prefill_tokens,
         chunked_prefill_size=lim.chunked_prefill_size * plan.world,  # DP attention divides it
-        max_running_requests=lim.max_running_requests,
+        max_running_requests=lim.max_running_requests if plan.flag_running else None,
     )
     rc.publish(args, role="scheduler", ranks=rc.SpawnRanks(world_rank=rank))
     init_distributed_environment(
@@ -141,6 +144,7 @@ def rank_main(rank: int, plan: RankPlan, port: int, model: str, out: Any) -> Non
             token_usage_low_watermark=schedule.prefill_delayer_token_usage_low_watermark,
             debug_log_enabled=True,
         )
+        busy_at_start = delayer.gate_config.busy_decodes
         load = RankLoad(plan.limits)
         for r, req in plan.trace:
             if r == rank:
@@ -148,7 +152,8 @@ def rank_main(rank: int, plan: RankPlan, port: int, model: str, out: Any) -> Non
         tracker = RecentPrefillBatchSizeTracker(window_size=16)
 
         def hook(view: RankLoad) -> None:
-            delayer.observe_pass(PassObservation(*view.observation()))
+            slots = view.limits.max_running_requests  # SGLang's run-time value, as observe reads
+            delayer.observe_pass(PassObservation(*view.observation(), running_slots=slots))
 
         results = []
         for t in range(plan.passes):
@@ -164,6 +169,7 @@ def rank_main(rank: int, plan: RankPlan, port: int, model: str, out: Any) -> Non
             "records": records,
             "ticks": delayer.tick,
             "config": delayer.gate_config,
+            "busy_at_start": busy_at_start,
             "world": delayer.world_size,
             "prefilled": [r.prefill_reqs > 0 for r in results],
             "negotiated_locally": [p.local_prefillable for p in delayer.log],
