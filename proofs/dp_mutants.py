@@ -35,6 +35,22 @@ def _cond(**fields: object) -> type[DpMachine]:
     return _M
 
 
+def _busy_slip(
+    *, unaligned: bool = True, decoded: bool = True, strict: bool = False, own: bool = False
+) -> type[DpMachine]:
+    """The spec machine with one slip in its busy wait: the alignment or the no-decode test
+    dropped, ``>`` for ``>=``, or the rank's own decodes for the group's."""
+
+    def paced(m: DpMachine, p: Vars, s: Vars, o: Vars, c: DpConditions) -> z3.BoolRef:
+        d = o["ld"] if own else o["D"]
+        busy = [p["bz"], d > p["Db"] if strict else d >= p["Db"]]
+        busy += [o["W"] + o["Va"] < p["N"]] if unaligned else []
+        busy += [o["Nd"] == 0] if decoded else []
+        return z3.And(p["pc"], z3.Not(z3.And(*busy)))
+
+    return _cond(paced=paced)
+
+
 def _filled_or(everyone: Callable[[Vars, Vars], z3.BoolRef]) -> type[DpMachine]:
     """The spec machine with the every-rank half of its dense test replaced."""
     return _cond(
@@ -311,39 +327,19 @@ _CATALOG: dict[str, tuple[type[DpMachine], str]] = {
         "PACED only where HOLD would be: ALIGNED, STALL and BUDGET still fire in paced mode",
     ),
     "busy_aligned_too": (
-        _cond(
-            paced=lambda m, p, s, o, c: z3.And(
-                p["pc"], z3.Not(z3.And(p["bz"], o["D"] >= p["Db"], o["Nd"] == 0))
-            )
-        ),
+        _busy_slip(unaligned=False),
         "the busy wait holds an aligned release too (every rank waiting or vacant)",
     ),
     "busy_holds_no_decode": (
-        _cond(
-            paced=lambda m, p, s, o, c: z3.And(
-                p["pc"], z3.Not(z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["D"] >= p["Db"]))
-            )
-        ),
+        _busy_slip(decoded=False),
         "the busy wait holds a tick where a waiting rank has no decode",
     ),
     "busy_strict": (
-        _cond(
-            paced=lambda m, p, s, o, c: z3.And(
-                p["pc"],
-                z3.Not(z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["D"] > p["Db"], o["Nd"] == 0)),
-            )
-        ),
+        _busy_slip(strict=True),
         "the busy wait needs more than busy_decodes decodes, not at least",
     ),
     "busy_local": (
-        _cond(
-            paced=lambda m, p, s, o, c: z3.And(
-                p["pc"],
-                z3.Not(
-                    z3.And(p["bz"], o["W"] + o["Va"] < p["N"], o["ld"] >= p["Db"], o["Nd"] == 0)
-                ),
-            )
-        ),
+        _busy_slip(own=True),
         "the busy wait judged on this rank's own decodes: ranks hold and fire on one tick",
     ),
     "paced_before_dense": (

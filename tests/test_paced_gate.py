@@ -50,11 +50,17 @@ def proved() -> dict[str, dict[str, Any]]:
     return prove_run().by_id
 
 
+def _lockstep(machine: type[AlignedLockstep]) -> type[AlignedLockstep]:
+    """Run ``machine`` against the spec with its tick counters from zero; the counters."""
+    for counter in ("ticks", "paced_ticks", "surged_ticks", "busy_ticks"):
+        setattr(AlignedLockstep, counter, 0)
+    run_state_machine_as_test(machine, settings=settings(stateful_step_count=30))
+    return AlignedLockstep
+
+
 def test_paced_gate_agrees_with_spec_every_tick() -> None:
     """Decision, reason, cap and state equal the spec's on every tick, paced mode on."""
-    AlignedLockstep.ticks = AlignedLockstep.paced_ticks = AlignedLockstep.surged_ticks = 0
-    run_state_machine_as_test(PacedLockstep, settings=settings(stateful_step_count=30))
-    lock = AlignedLockstep
+    lock = _lockstep(PacedLockstep)
     print(f"{lock.ticks} paced lockstep ticks, {lock.paced_ticks} PACED, {lock.surged_ticks} "
           "of them surged")  # fmt: skip
     assert lock.paced_ticks >= MIN_PACED_TICKS, lock.paced_ticks
@@ -64,9 +70,7 @@ def test_paced_gate_agrees_with_spec_every_tick() -> None:
 def test_busy_waiting_gate_agrees_with_spec_every_tick() -> None:
     """The same, the busy wait on in every run: its held ticks, and the BUDGET or STALL
     ending them, equal the spec's."""
-    AlignedLockstep.ticks = AlignedLockstep.paced_ticks = AlignedLockstep.busy_ticks = 0
-    run_state_machine_as_test(BusyLockstep, settings=settings(stateful_step_count=30))
-    lock = AlignedLockstep
+    lock = _lockstep(BusyLockstep)
     print(f"{lock.ticks} busy-wait lockstep ticks, {lock.paced_ticks} PACED, {lock.busy_ticks} "
           "in the busy wait")  # fmt: skip
     assert lock.busy_ticks >= MIN_BUSY_TICKS, lock.busy_ticks

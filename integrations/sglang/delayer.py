@@ -150,9 +150,6 @@ class DenseGatePrefillDelayer:
         self.attn_dp_enabled = attn_dp_enabled
         self.world_size = num_dp_ranks if attn_dp_enabled else 1
         self.gate = AlignedGate(self.gate_config, self.world_size)
-        self._busy_unsized = self.settings.busy_decodes is BUSY and (
-            self.gate_config.busy_decodes is None
-        )
         self._group = group
         self._device = device
         self._buffer = torch.zeros(
@@ -202,7 +199,7 @@ class DenseGatePrefillDelayer:
         total = self.reduce(
             [*self.gate.contribution(local), int(bool(local_prefillable)), obs.running_slots]
         )
-        if self._busy_unsized:
+        if self.tick == 0:
             self._size_busy(total[RUNNING_SLOTS])
         reduced = ReducedObservation.from_sum(total[:VECTOR_SIZE], self.world_size)
         waited = self.gate.hold_passes
@@ -240,8 +237,10 @@ class DenseGatePrefillDelayer:
 
     def _size_busy(self, slots: int) -> None:
         """At the first pass, before any decision (the gate is in its initial state): the
-        busy wait's default from the group's run-time slots, the same sum on every rank."""
-        self._busy_unsized = False
+        busy wait's default, where the flag left it unsized, from the group's run-time slots,
+        the same sum on every rank."""
+        if self.settings.busy_decodes is not BUSY or self.gate_config.busy_decodes is not None:
+            return
         busy = busy_of_slots(slots)
         if busy is not None:
             self.gate_config = replace(self.gate_config, busy_decodes=busy)

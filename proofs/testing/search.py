@@ -123,8 +123,9 @@ def first_breaks(
     run = found.get(pid)
     if run is None:
         return None
-    at, message = driver.outcome(run).first[pid]
-    return run, tuple(driver.outcome(run).records[: at + 1]), message
+    seen = driver.outcome(run)
+    at, message = seen.first[pid]
+    return run, tuple(seen.records[: at + 1]), message
 
 
 def search_settings(max_examples: int, *, derandomize: bool) -> settings:

@@ -9,7 +9,8 @@ ticks; every rank made exactly one collective per pass; the decisions agree with
 proved DP machine at every pass; the default holds no pass while work waits; the hold
 mode's two-rank run passes the conformance kit's judge; the busy wait's default is sized
 from the group's running slots, with ``--max-running-requests`` given or left to SGLang
-(then at the first pass, from the ranks' run-time slots); a rank that never gets a
+(then at the first pass, from the ranks' run-time slots, before its decision: two
+in-process ranks whose first pass is already held); a rank that never gets a
 request still joins every pass (through SGLang's ``finalize``). Every wait is bounded
 (gloo's collective timeout, ``GROUP_TIMEOUT_S`` on the group).
 """
@@ -17,6 +18,7 @@ request still joins every pass (through SGLang's ``finalize``). Every wait is bo
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -144,6 +146,32 @@ def test_the_busy_wait_is_sized_from_the_groups_slots(
     for payload in unsized.values():
         assert payload["busy_at_start"] is None
         assert payload["config"].busy_decodes == 192
+
+
+def test_the_first_pass_is_decided_with_the_busy_wait_sized() -> None:
+    """Sized at the first pass before its decision: 2 ranks (in-process exchange), flag unset,
+    8 run-time slots each (busy 12), 24 decodes, rank 1 with nothing waiting: the first pass
+    is already the busy wait's HOLD on both ranks (sized after it, it would fire PACED)."""
+    from densegate.integrations.sglang.observe import PassObservation
+    from tests.support.sglang_load import Limits
+    from tests.support.sglang_priced import Exchange, densegate_delayer
+
+    ex, unsized = Exchange(2), Limits(max_running_requests=0)
+    seen: dict[int, tuple[Any, ...]] = {}
+
+    def rank(r: int) -> None:
+        d = densegate_delayer(2, r, ex, 6, unsized)
+        assert d.gate_config.busy_decodes is None
+        d.observe_pass(PassObservation(100 if r == 0 else 0, 12, False, running_slots=8))
+        d._negotiate_should_allow_prefill(local_prefillable=r == 0, token_usage=0.5)
+        seen[r] = (d.gate_config.busy_decodes, d.log[0].fire, d.log[0].reason.name)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=GROUP_TIMEOUT_S)
+    assert seen == {0: (12, False, "HOLD"), 1: (12, False, "HOLD")}
 
 
 def test_the_conformance_kit_judges_the_two_rank_run(two: dict[int, Any]) -> None:

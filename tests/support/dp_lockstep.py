@@ -50,9 +50,9 @@ class AlignedLockstep(RuleBasedStateMachine):
     spec: ClassVar[Machine] = DP
     ticks: ClassVar[int] = 0
     paces: ClassVar[st.SearchStrategy[int | None]] = st.one_of(st.none(), st.none(), pace_tokens)
+    """The paced mode's cap (None: off), drawn once per run."""
     busies: ClassVar[st.SearchStrategy[int | None]] = st.none()
     """The busy wait's ``busy_decodes`` with the paced mode on (off here: ``BusyLockstep``)."""
-    """The paced mode's cap (None: off), drawn once per run."""
     paced_ticks: ClassVar[int] = 0
     surged_ticks: ClassVar[int] = 0
     """PACED ticks that carried a surge cap other than pace_tokens (a rank was filled)."""
